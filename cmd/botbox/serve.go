@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/server"
+	"github.com/botbox/botbox/internal/telemetry"
+)
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("botbox run", stderr)
+	path := configFlag(fs)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "botbox: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	level := new(slog.LevelVar)
+	logger := telemetry.WithTarget(telemetry.NewLogger(stdout, level), "botbox")
+	slog.SetDefault(logger)
+	logger.Info("loading configuration", slog.String("config_path", *path))
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitError
+	}
+	if err := config.ApplyEnv(cfg, getenv); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitError
+	}
+	level.Set(cfg.LogLevel)
+	for _, w := range cfg.Warnings {
+		logger.Warn(w.Message, slog.String("field", w.Path))
+	}
+	srv, err := server.New(cfg, server.Options{Logger: logger})
+	if err != nil {
+		logger.Error("startup failed", slog.String(telemetry.KeyError, err.Error()))
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitError
+	}
+	if err := srv.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitError
+	}
+	return exitOK
+}

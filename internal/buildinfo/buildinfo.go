@@ -1,0 +1,85 @@
+// Package buildinfo reports which BotBox build is running: module version,
+// VCS commit and Go version, all read from the information the Go toolchain
+// embeds in the binary (runtime/debug.ReadBuildInfo).
+//
+// It needs no -ldflags: `go build` in a git checkout records vcs.revision
+// and vcs.modified. A build without VCS stamping (-buildvcs=false, a source
+// tree without .git, or `go test`) reports version "devel" and an empty
+// commit. The package keeps no state and imports nothing internal.
+//
+// Typical use:
+//
+//	fmt.Fprintln(stdout, buildinfo.String()) // botbox devel (commit 0123456789ab, go1.26.8)
+//	log.Info("starting", "version", buildinfo.Read().Version)
+package buildinfo
+
+import (
+	"runtime"
+	"runtime/debug"
+)
+
+// Devel is the version of a build that carries no module version.
+const Devel = "devel"
+
+// shortCommitLen is how much of the commit hash String shows.
+const shortCommitLen = 12
+
+// Info describes a build.
+type Info struct {
+	// Version is the main module's version ("v1.2.3", or a pseudo-version
+	// stamped from VCS), or Devel when the toolchain recorded none.
+	Version string
+	// Commit is the full VCS revision (vcs.revision), "" when unknown.
+	Commit string
+	// Modified reports uncommitted changes at build time (vcs.modified).
+	Modified bool
+	// GoVersion is the toolchain that built the binary, e.g. "go1.26.8".
+	GoVersion string
+}
+
+// Read returns the running binary's build information.
+func Read() Info {
+	bi, ok := debug.ReadBuildInfo()
+	return fromBuildInfo(bi, ok)
+}
+
+// fromBuildInfo extracts Info from what debug.ReadBuildInfo returned.
+func fromBuildInfo(bi *debug.BuildInfo, ok bool) Info {
+	info := Info{Version: Devel, GoVersion: runtime.Version()}
+	if !ok || bi == nil {
+		return info
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		info.Version = v
+	}
+	if bi.GoVersion != "" {
+		info.GoVersion = bi.GoVersion
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			info.Commit = s.Value
+		case "vcs.modified":
+			info.Modified = s.Value == "true"
+		}
+	}
+	return info
+}
+
+// String formats i as "botbox <version> (commit <first 12 hex digits>[-dirty],
+// <go version>)", with "unknown" for a missing commit.
+func (i Info) String() string {
+	commit := i.Commit
+	if commit == "" {
+		commit = "unknown"
+	} else if len(commit) > shortCommitLen {
+		commit = commit[:shortCommitLen]
+	}
+	if i.Modified {
+		commit += "-dirty"
+	}
+	return "botbox " + i.Version + " (commit " + commit + ", " + i.GoVersion + ")"
+}
+
+// String is Read().String(), the line `botbox version` prints.
+func String() string { return Read().String() }

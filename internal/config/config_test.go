@@ -1,0 +1,793 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const minimal = "egress_policy:\n  rules: []\n"
+
+func mustParse(t *testing.T, src string) *Config {
+	t.Helper()
+	c, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatalf("Parse() error = %v\ninput:\n%s", err, src)
+	}
+	return c
+}
+
+// parseErr parses src, requires an error and returns its text.
+func parseErr(t *testing.T, src string) string {
+	t.Helper()
+	c, err := Parse([]byte(src))
+	if err == nil {
+		t.Fatalf("Parse() = %+v, want error\ninput:\n%s", c, src)
+	}
+	for _, p := range Problems(err) {
+		if p == nil {
+			t.Fatalf("Problems(%v) has a nil entry", err)
+		}
+	}
+	if got, want := len(Problems(err)), strings.Count(err.Error(), "\n")+1; got != want {
+		t.Errorf("Parse() error has %d lines but %d problems: %v", want, got, err)
+	}
+	return err.Error()
+}
+
+func wantContains(t *testing.T, got string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(got, w) {
+			t.Errorf("error = %q, want it to contain %q", got, w)
+		}
+	}
+}
+
+// --- The reference's config tests (reference §9.2), by name. ---
+
+func TestParseValidConfig(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, `
+listen_addr: "127.0.0.1"
+listen_port: 8080
+metrics_port: 9090
+secrets_dir: "/var/run/secrets/botbox"
+max_connections: 1024
+egress_policy:
+  default_action: deny
+  rules:
+    - host: api.openai.com
+      action: allow
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: openai-api-key
+    - host: evil.example.com
+      action: deny
+`)
+	if c.ListenPort != 8080 || c.MetricsPort != 9090 {
+		t.Errorf("ports = %d, %d, want 8080, 9090", c.ListenPort, c.MetricsPort)
+	}
+	want := Policy{DefaultAction: ActionDeny, Rules: []Rule{
+		{Host: "api.openai.com", RawHost: "api.openai.com", Index: 0, Line: 10, Action: ActionAllow,
+			HeaderRewrites: []HeaderRewrite{{Name: "Authorization", Value: "Bearer {value}", SecretRef: "openai-api-key"}}},
+		{Host: "evil.example.com", RawHost: "evil.example.com", Index: 1, Line: 16, Action: ActionDeny},
+	}}
+	if d := cmp.Diff(want, c.Policy); d != "" {
+		t.Errorf("Policy (-want +got):\n%s", d)
+	}
+	if len(c.Warnings) != 0 {
+		t.Errorf("Warnings = %v, want none", c.Warnings)
+	}
+}
+
+func TestRejectEmptyHost(t *testing.T) {
+	t.Parallel()
+	for _, host := range []string{`""`, `"   "`} {
+		got := parseErr(t, "egress_policy:\n  rules:\n    - host: "+host+"\n      action: allow\n")
+		wantContains(t, got, "empty host", "line 3", "egress_policy.rules[0].host")
+	}
+	got := parseErr(t, "egress_policy:\n  rules:\n    - action: allow\n")
+	wantContains(t, got, "empty host", "line 3")
+}
+
+func TestRejectDuplicateHost(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, `
+egress_policy:
+  rules:
+    - host: api.openai.com
+      action: allow
+    - host: API.OPENAI.COM
+      action: deny
+`)
+	wantContains(t, got, "line 6: egress_policy.rules[1].host: duplicate host in egress policy after normalization: api.openai.com", "rules[0], line 4")
+}
+
+func TestRejectDuplicateHostWhenOnlyPortDiffers(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, `
+egress_policy:
+  rules:
+    - host: example.com
+      action: allow
+    - host: EXAMPLE.COM:443
+      action: allow
+`)
+	wantContains(t, got, "duplicate host in egress policy after normalization: example.com")
+}
+
+func TestRejectInvalidAction(t *testing.T) {
+	t.Parallel()
+	for _, a := range []string{"maybe", "Allow", "DENY", `""`} {
+		got := parseErr(t, "egress_policy:\n  rules:\n    - host: a.com\n      action: "+a+"\n")
+		wantContains(t, got, "line 4: egress_policy.rules[0].action: must be allow or deny")
+	}
+}
+
+func TestRejectInvalidHeaderName(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, `
+egress_policy:
+  rules:
+    - host: a.com
+      action: allow
+      header_rewrites:
+        - name: "X Bad Header"
+          value: v
+`)
+	wantContains(t, got, "line 7: egress_policy.rules[0].header_rewrites[0].name: invalid header name 'X Bad Header' in rewrite for host 'a.com'")
+}
+
+func TestDefaults(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, minimal)
+	want := &Config{
+		ListenAddr:       netip.MustParseAddr("127.0.0.1"),
+		ListenPort:       8080,
+		MetricsPort:      9090,
+		SecretsDir:       "/var/run/secrets/botbox",
+		MaxConnections:   1024,
+		AllowNonLoopback: false,
+		Policy:           Policy{DefaultAction: ActionDeny, Rules: []Rule{}},
+		Interception: Interception{
+			ListenAddr:          netip.MustParseAddr("127.0.0.1"),
+			ListenPort:          8443,
+			EnforceSNIHostMatch: true,
+			CertTTL:             86400 * time.Second,
+			CertCacheSize:       1024,
+			CertCacheTTL:        3600 * time.Second,
+			HandshakeTimeout:    5 * time.Second,
+		},
+		LogLevel: slog.LevelInfo,
+		Timeouts: Timeouts{
+			UpstreamConnect:        10 * time.Second,
+			UpstreamResponseHeader: 30 * time.Second,
+			UpstreamIdleConn:       90 * time.Second,
+			DownstreamReadHeader:   10 * time.Second,
+			DownstreamIdle:         120 * time.Second,
+			Shutdown:               25 * time.Second,
+		},
+		SecretsReloadDebounce: 2 * time.Second,
+		SecretsResyncInterval: 30 * time.Second,
+	}
+	if d := cmp.Diff(want, c, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
+		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+}
+
+func TestRejectNonLoopbackBindWithoutOverride(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, "listen_addr: 0.0.0.0\n"+minimal)
+	wantContains(t, got, "line 1: listen_addr: '0.0.0.0' is not loopback", "allow_non_loopback")
+}
+
+func TestAllowNonLoopbackBindWithOverride(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, "listen_addr: 0.0.0.0\nallow_non_loopback: true\n"+minimal)
+	if c.ListenAddr != netip.MustParseAddr("0.0.0.0") || !c.ListenAddrExplicit {
+		t.Errorf("ListenAddr = %v (explicit %v), want 0.0.0.0", c.ListenAddr, c.ListenAddrExplicit)
+	}
+	want := []Warning{{Path: "listen_addr", Message: warnNonLoopback}}
+	if d := cmp.Diff(want, c.Warnings); d != "" {
+		t.Errorf("Warnings (-want +got):\n%s", d)
+	}
+}
+
+func TestRejectEmptyAllowedPorts(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      allowed_ports: []\n")
+	wantContains(t, got, "line 5: egress_policy.rules[0].allowed_ports: allowed_ports cannot be empty for host 'a.com'")
+}
+
+func TestRejectHostHeaderRewrite(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      header_rewrites:\n        - {name: Host, value: evil.com}\n")
+	wantContains(t, got, "header 'Host' cannot be used in rewrites (reserved/hop-by-hop) for host 'a.com'")
+}
+
+func TestRejectConnectionHeaderRewrite(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"Connection", "keep-alive", "Proxy-Connection", "proxy-authenticate",
+		"Proxy-Authorization", "TE", "trailer", "Transfer-Encoding", "upgrade"} {
+		got := parseErr(t, "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      header_rewrites:\n        - {name: "+name+", value: x}\n")
+		wantContains(t, got, "cannot be used in rewrites")
+	}
+}
+
+func TestRequiredSecretRefs(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, `
+egress_policy:
+  rules:
+    - host: b.com
+      action: allow
+      header_rewrites:
+        - {name: X-B, value: "{value}", secret_ref: key-b}
+        - {name: X-Static, value: static}
+    - host: a.com
+      action: deny
+      header_rewrites:
+        - {name: X-A, value: "{value}", secret_ref: key-a}
+        - {name: X-B, value: "t {value}", secret_ref: key-b}
+`)
+	if d := cmp.Diff([]string{"key-a", "key-b"}, c.RequiredSecretRefs()); d != "" {
+		t.Errorf("RequiredSecretRefs() (-want +got):\n%s", d)
+	}
+}
+
+func TestRequiredSecretRefsEmpty(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, "egress_policy:\n  rules:\n    - {host: a.com, action: allow, header_rewrites: [{name: X, value: y}]}\n")
+	if got := c.RequiredSecretRefs(); len(got) != 0 {
+		t.Errorf("RequiredSecretRefs() = %v, want empty", got)
+	}
+}
+
+func TestNonLoopbackWithDefaultAllowValidatesOK(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, "listen_addr: 0.0.0.0\nallow_non_loopback: true\negress_policy:\n  default_action: allow\n  rules: []\n")
+	want := []Warning{
+		{Path: "listen_addr", Message: warnNonLoopback},
+		{Path: "egress_policy.default_action", Message: warnDefaultAllow},
+	}
+	if d := cmp.Diff(want, c.Warnings); d != "" {
+		t.Errorf("Warnings (-want +got):\n%s", d)
+	}
+}
+
+const interceptionOK = `
+https_interception:
+  enabled: true
+  ca_cert_path: /etc/botbox/ca/ca.crt
+  ca_key_path: /etc/botbox/ca/ca.key
+`
+
+func TestHTTPSInterceptionEnabledRejectsNonLoopbackListenerEvenWithGlobalOverride(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, "allow_non_loopback: true\n"+minimal+interceptionOK+"  listen_addr: 0.0.0.0\n")
+	wantContains(t, got, "https_interception.listen_addr: '0.0.0.0' must be loopback; HTTPS interception listener must bind to loopback only")
+}
+
+func TestHTTPSInterceptionEnabledRejectsPortCollisionWithHTTPListener(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, minimal+interceptionOK+"  listen_port: 8080\n")
+	wantContains(t, got, "line 8: https_interception.listen_port: https_interception.listen_port 8080 collides with listen_port 8080")
+}
+
+func TestHTTPSInterceptionEnabledRejectsPortCollisionWithMetricsListener(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, minimal+interceptionOK+"  listen_port: 9090\n")
+	wantContains(t, got, "https_interception.listen_port 9090 collides with metrics_port 9090")
+}
+
+func TestHTTPSInterceptionEnabledRequiresNonEmptyCAPaths(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, minimal+"https_interception:\n  enabled: true\n  ca_cert_path: \"\"\n  ca_key_path: \" \"\n")
+	wantContains(t, got, "https_interception.ca_cert_path and https_interception.ca_key_path must not be empty")
+	got = parseErr(t, minimal+"https_interception:\n  enabled: true\n")
+	wantContains(t, got, "https_interception.ca_cert_path and https_interception.ca_key_path must not be empty")
+	got = parseErr(t, minimal+"https_interception:\n  enabled: true\n  ca_cert_path: a\n")
+	wantContains(t, got, "https_interception.ca_key_path must not be empty")
+	got = parseErr(t, minimal+"https_interception:\n  enabled: true\n  ca_key_path: a\n")
+	wantContains(t, got, "https_interception.ca_cert_path must not be empty")
+}
+
+func TestHTTPSInterceptionEnabledRejectsZeroCertCacheSize(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, minimal+interceptionOK+"  cert_cache_size: 0\n")
+	wantContains(t, got, "https_interception.cert_cache_size must be greater than 0")
+}
+
+func TestHTTPSInterceptionEnabledRejectsOutOfRangeCertTTLSeconds(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"30", "59", "604801"} {
+		got := parseErr(t, minimal+interceptionOK+"  cert_ttl_seconds: "+v+"\n  cert_cache_ttl_seconds: 0\n")
+		wantContains(t, got, "https_interception.cert_ttl_seconds: "+v+" must be between 60 and 604800")
+	}
+}
+
+func TestHTTPSInterceptionEnabledRejectsOutOfRangeHandshakeTimeoutMS(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"5", "99", "60001"} {
+		got := parseErr(t, minimal+interceptionOK+"  handshake_timeout_ms: "+v+"\n")
+		wantContains(t, got, "https_interception.handshake_timeout_ms: "+v+" must be between 100 and 60000")
+	}
+}
+
+func TestHTTPSInterceptionCacheTTLMustNotExceedCertTTL(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, minimal+interceptionOK+"  cert_ttl_seconds: 600\n  cert_cache_ttl_seconds: 601\n")
+	wantContains(t, got, "https_interception.cert_cache_ttl_seconds (601) must not exceed https_interception.cert_ttl_seconds (600)")
+	c := mustParse(t, minimal+interceptionOK+"  cert_ttl_seconds: 600\n  cert_cache_ttl_seconds: 0\n")
+	if c.Interception.CertCacheTTL != 0 {
+		t.Errorf("CertCacheTTL = %v, want 0", c.Interception.CertCacheTTL)
+	}
+}
+
+func TestHTTPSInterceptionEnabled(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, minimal+interceptionOK+"  deny_handshake_on_disallowed_sni: true\n  enforce_sni_host_match: false\n")
+	in := c.Interception
+	if !in.Enabled || in.CACertPath != "/etc/botbox/ca/ca.crt" || in.CAKeyPath != "/etc/botbox/ca/ca.key" ||
+		!in.DenyHandshakeOnDisallowedSNI || in.EnforceSNIHostMatch || in.ListenPort != 8443 || in.ListenAddrExplicit {
+		t.Errorf("Interception = %+v", in)
+	}
+}
+
+// --- Regressions for reference §10.3. ---
+
+// §10.3 #7: listen_port == metrics_port was not validated.
+func TestRejectListenPortEqualsMetricsPort(t *testing.T) {
+	t.Parallel()
+	got := parseErr(t, "listen_port: 9090\n"+minimal)
+	wantContains(t, got, "line 1: listen_port: listen_port 9090 collides with metrics_port 9090")
+	got = parseErr(t, "listen_port: 7000\nmetrics_port: 7000\n"+minimal)
+	wantContains(t, got, "line 2: metrics_port: metrics_port 7000 collides with listen_port 7000")
+}
+
+// §10.3 #11: config strictness.
+func TestStrictness(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		src   string
+		wants []string
+	}{
+		{
+			name:  "unknown top-level key https_intercept",
+			src:   minimal + "https_intercept:\n  enabled: true\n",
+			wants: []string{`line 3: https_intercept: unknown key (did you mean "https_interception"?)`},
+		},
+		{
+			name:  "legacy mitm key",
+			src:   minimal + "mitm:\n  enabled: true\n",
+			wants: []string{`line 3: mitm: unknown key (the legacy "mitm" block is now "https_interception")`},
+		},
+		{
+			name:  "nested unknown key has line and path",
+			src:   "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      allowed_port: [8443]\n",
+			wants: []string{`line 5: egress_policy.rules[0].allowed_port: unknown key (did you mean "allowed_ports"?)`},
+		},
+		{
+			name:  "unknown key in rewrite",
+			src:   "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      header_rewrites:\n        - {name: X, value: y, secretref: k}\n",
+			wants: []string{`line 6: egress_policy.rules[0].header_rewrites[0].secretref: unknown key (did you mean "secret_ref"?)`},
+		},
+		{
+			name:  "unknown key in interception",
+			src:   minimal + "https_interception:\n  enabled: false\n  ca_cert: x\n",
+			wants: []string{`line 5: https_interception.ca_cert: unknown key`},
+		},
+		{
+			name:  "unknown key without suggestion",
+			src:   minimal + "zzz: 1\n",
+			wants: []string{"line 3: zzz: unknown key"},
+		},
+		{
+			name:  "duplicate key",
+			src:   "listen_port: 8080\n" + minimal + "listen_port: 8081\n",
+			wants: []string{"line 4: listen_port: duplicate key (first defined at line 1)"},
+		},
+		{
+			name:  "duplicate nested key",
+			src:   "egress_policy:\n  rules:\n    - host: a.com\n      host: b.com\n      action: allow\n",
+			wants: []string{"line 4: egress_policy.rules[0].host: duplicate key (first defined at line 3)"},
+		},
+		{name: "empty file", src: "", wants: []string{"config is empty"}},
+		{name: "only comments", src: "# nothing\n\n", wants: []string{"config is empty"}},
+		{name: "only separator", src: "---\n", wants: []string{"config is empty"}},
+		{name: "null document", src: "null\n", wants: []string{"config is empty"}},
+		{
+			name:  "second document",
+			src:   minimal + "---\nlisten_port: 1\n",
+			wants: []string{"line 3: a second YAML document is not allowed"},
+		},
+		{name: "not a mapping", src: "- a\n- b\n", wants: []string{"line 1: the config must be a mapping"}},
+		{name: "syntax error", src: "egress_policy:\n  rules: [\n", wants: []string{"invalid YAML"}},
+		{name: "tab indentation", src: "egress_policy:\n\trules: []\n", wants: []string{"line 2: invalid YAML"}},
+		{
+			name:  "port out of uint16 range",
+			src:   "listen_port: 70000\n" + minimal,
+			wants: []string{"line 1: listen_port: port 70000 out of range 1-65535"},
+		},
+		{name: "listen_port 0", src: "listen_port: 0\n" + minimal, wants: []string{"line 1: listen_port: port 0 out of range 1-65535"}},
+		{name: "negative metrics port", src: "metrics_port: -1\n" + minimal, wants: []string{"line 1: metrics_port: port -1 out of range"}},
+		{
+			name:  "port not a number",
+			src:   "listen_port: http\n" + minimal,
+			wants: []string{`line 1: listen_port: expected an integer, got a string "http"`},
+		},
+		{
+			name:  "quoted port",
+			src:   "listen_port: \"8080\"\n" + minimal,
+			wants: []string{`line 1: listen_port: expected an integer, got a string "8080"`},
+		},
+		{
+			name:  "bool not a bool",
+			src:   "allow_non_loopback: maybe\n" + minimal,
+			wants: []string{`line 1: allow_non_loopback: expected true or false, got a string "maybe"`},
+		},
+		{
+			name:  "rules not a list",
+			src:   "egress_policy:\n  rules: {host: a}\n",
+			wants: []string{"line 2: egress_policy.rules: expected a list, got a mapping"},
+		},
+		{
+			name:  "allowed_ports entry not a number",
+			src:   "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      allowed_ports: [443, https]\n",
+			wants: []string{`line 5: egress_policy.rules[0].allowed_ports[1]: expected an integer, got a string "https"`},
+		},
+		{
+			name:  "allowed_ports entry 0",
+			src:   "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      allowed_ports:\n        - 443\n        - 0\n",
+			wants: []string{"line 7: egress_policy.rules[0].allowed_ports[1]: port 0 out of range 1-65535"},
+		},
+		{
+			name:  "allowed_ports entry 70000",
+			src:   "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      allowed_ports: [70000]\n",
+			wants: []string{"line 5: egress_policy.rules[0].allowed_ports[0]: port 70000 out of range 1-65535"},
+		},
+		{name: "max_connections 0", src: "max_connections: 0\n" + minimal, wants: []string{"line 1: max_connections: 0 must be between 1 and 4294967295"}},
+		{name: "max_connections negative", src: "max_connections: -5\n" + minimal, wants: []string{"max_connections: -5 must be between 1"}},
+		{name: "missing egress_policy", src: "listen_port: 8080\n", wants: []string{"egress_policy: required key is missing"}},
+		{name: "missing rules", src: "egress_policy:\n  default_action: deny\n", wants: []string{"line 1: egress_policy.rules: required key is missing"}},
+		{name: "null rules", src: "egress_policy:\n  rules:\n", wants: []string{"line 2: egress_policy.rules: required key is missing"}},
+		{name: "bad default_action", src: "egress_policy:\n  default_action: Deny\n  rules: []\n", wants: []string{"line 2: egress_policy.default_action: must be allow or deny, got 'Deny'"}},
+		{name: "missing action", src: "egress_policy:\n  rules:\n    - host: a.com\n", wants: []string{"line 3: egress_policy.rules[0].action: required key is missing"}},
+		{name: "bad listen_addr", src: "listen_addr: localhost\n" + minimal, wants: []string{"line 1: listen_addr: must be an IP literal, got 'localhost'"}},
+		{name: "listen_addr with zone", src: "listen_addr: \"::1%lo\"\n" + minimal, wants: []string{"listen_addr: must be an IP literal"}},
+		{name: "empty secrets_dir", src: "secrets_dir: \"\"\n" + minimal, wants: []string{"line 1: secrets_dir: must not be empty"}},
+		{name: "bad log_level", src: "log_level: verbose\n" + minimal, wants: []string{`line 1: log_level: invalid log level "verbose" (want debug, info, warn or error)`}},
+		{name: "uppercase log_level", src: "log_level: INFO\n" + minimal, wants: []string{"log_level: invalid log level"}},
+		{name: "interception enabled missing", src: minimal + "https_interception:\n  ca_cert_path: a\n  ca_key_path: b\n", wants: []string{"line 3: https_interception.enabled: required key is missing"}},
+		{name: "interception port 0", src: minimal + interceptionOK + "  listen_port: 0\n", wants: []string{"https_interception.listen_port: port 0 out of range 1-65535"}},
+		{name: "interception listen_addr not ip", src: minimal + interceptionOK + "  listen_addr: localhost\n", wants: []string{"https_interception.listen_addr: must be an IP literal, got 'localhost'"}},
+		{name: "cert_cache_size huge", src: minimal + interceptionOK + "  cert_cache_size: 2000000\n", wants: []string{"cert_cache_size: 2000000 must be between 1 and 1048576"}},
+		{name: "negative cache ttl", src: minimal + interceptionOK + "  cert_cache_ttl_seconds: -1\n", wants: []string{"cert_cache_ttl_seconds: -1 must not be negative"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			wantContains(t, parseErr(t, tt.src), tt.wants...)
+		})
+	}
+}
+
+func TestTimeoutRanges(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		key    string
+		lo, hi string
+	}{
+		{"upstream_connect_timeout_ms", "1", "300000"},
+		{"upstream_response_header_timeout_ms", "1", "3600000"},
+		{"upstream_idle_conn_timeout_seconds", "1", "3600"},
+		{"read_header_timeout_ms", "1", "600000"},
+		{"idle_timeout_seconds", "1", "3600"},
+		{"shutdown_timeout_seconds", "1", "3600"},
+		{"secrets_reload_debounce_ms", "1", "60000"},
+		{"secrets_resync_seconds", "1", "3600"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			t.Parallel()
+			mustParse(t, tt.key+": "+tt.lo+"\n"+minimal)
+			mustParse(t, tt.key+": "+tt.hi+"\n"+minimal)
+			wantContains(t, parseErr(t, tt.key+": 0\n"+minimal), "line 1: "+tt.key+": 0 must be between "+tt.lo+" and "+tt.hi)
+			wantContains(t, parseErr(t, tt.key+": "+tt.hi+"1\n"+minimal), tt.key+": "+tt.hi+"1 must be between")
+		})
+	}
+}
+
+func TestNewKeys(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, `
+log_level: debug
+upstream_ca_file: /etc/ssl/corp.pem
+upstream_connect_timeout_ms: 1500
+upstream_response_header_timeout_ms: 120000
+upstream_idle_conn_timeout_seconds: 30
+read_header_timeout_ms: 2000
+idle_timeout_seconds: 60
+shutdown_timeout_seconds: 10
+secrets_reload_debounce_ms: 100
+secrets_resync_seconds: 5
+`+minimal)
+	want := Timeouts{
+		UpstreamConnect:        1500 * time.Millisecond,
+		UpstreamResponseHeader: 2 * time.Minute,
+		UpstreamIdleConn:       30 * time.Second,
+		DownstreamReadHeader:   2 * time.Second,
+		DownstreamIdle:         time.Minute,
+		Shutdown:               10 * time.Second,
+	}
+	if d := cmp.Diff(want, c.Timeouts); d != "" {
+		t.Errorf("Timeouts (-want +got):\n%s", d)
+	}
+	if c.LogLevel != slog.LevelDebug || c.UpstreamCAFile != "/etc/ssl/corp.pem" ||
+		c.SecretsReloadDebounce != 100*time.Millisecond || c.SecretsResyncInterval != 5*time.Second {
+		t.Errorf("got log %v, ca %q, debounce %v, resync %v", c.LogLevel, c.UpstreamCAFile, c.SecretsReloadDebounce, c.SecretsResyncInterval)
+	}
+}
+
+func TestRuleHosts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		raw      string
+		want     string
+		wantWarn string
+		wantErr  string
+	}{
+		{raw: "API.OpenAI.com", want: "api.openai.com"},
+		{raw: "api.openai.com.", want: "api.openai.com"},
+		{raw: "bücher.example", want: "xn--bcher-kva.example"},
+		{raw: "::1", want: "::1"},
+		{raw: "\"[::1]\"", want: "::1"},
+		{raw: "2001:DB8::1", want: "2001:db8::1"},
+		{raw: "10.0.0.1", want: "10.0.0.1"},
+		{raw: "example.com:8443", want: "example.com", wantWarn: "port 8443 in host 'example.com:8443' is ignored; only allowed_ports selects ports"},
+		{raw: "\"[::1]:8080\"", want: "::1", wantWarn: "port 8080 in host '[::1]:8080' is ignored"},
+		{raw: "\"bad host\"", wantErr: `egress_policy.rules[0].host: invalid host "bad host": contains a space`},
+		{raw: "a@b", wantErr: `invalid host "a@b": userinfo`},
+		{raw: "\" a.com\"", wantErr: "host ' a.com' has leading/trailing whitespace in egress policy rule"},
+		{raw: "127.1", wantErr: "numeric name"},
+		{raw: "0x7f000001", wantErr: "numeric name"},
+		{raw: "\"*.example.com\"", wantErr: "wildcards are not allowed"},
+		{raw: "a_b.com", wantErr: "not a valid host name"},
+		{raw: "example.com:0", wantErr: "invalid host"},
+		{raw: "https://example.com", wantErr: "invalid host"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.raw, func(t *testing.T) {
+			t.Parallel()
+			src := "egress_policy:\n  rules:\n    - host: " + tt.raw + "\n      action: allow\n"
+			if tt.wantErr != "" {
+				wantContains(t, parseErr(t, src), "line 3: ", tt.wantErr)
+				return
+			}
+			c := mustParse(t, src)
+			if got := c.Policy.Rules[0].Host; got != tt.want {
+				t.Errorf("Host = %q, want %q", got, tt.want)
+			}
+			if tt.wantWarn == "" {
+				if len(c.Warnings) != 0 {
+					t.Errorf("Warnings = %v, want none", c.Warnings)
+				}
+				return
+			}
+			if len(c.Warnings) != 1 || c.Warnings[0].Path != "egress_policy.rules[0].host" || !strings.Contains(c.Warnings[0].Message, tt.wantWarn) {
+				t.Errorf("Warnings = %v, want one containing %q", c.Warnings, tt.wantWarn)
+			}
+		})
+	}
+}
+
+func TestRewriteValidation(t *testing.T) {
+	t.Parallel()
+	const canary = "CANARY-static-token-5f2b"
+	tests := []struct {
+		name    string
+		rewrite string
+		wantErr string
+	}{
+		{name: "ok secret", rewrite: `{name: Authorization, value: "Bearer {value}", secret_ref: openai-api-key}`},
+		{name: "ok static", rewrite: `{name: anthropic-version, value: 2023-06-01}`},
+		{name: "ok static empty", rewrite: `{name: X-Empty, value: ""}`},
+		{name: "ok static literal placeholder", rewrite: `{name: X-Lit, value: "{value}"}`},
+		{name: "ok two placeholders", rewrite: `{name: X-Two, value: "{value}:{value}", secret_ref: k}`},
+		{name: "empty name", rewrite: `{name: "", value: x}`, wantErr: "empty header name in rewrite for host 'a.com'"},
+		{name: "missing name", rewrite: `{value: x}`, wantErr: "empty header name"},
+		{name: "missing value", rewrite: `{name: X}`, wantErr: "header_rewrites[0].value: required key is missing"},
+		{name: "colon in name", rewrite: `{name: "X:Y", value: x}`, wantErr: "invalid header name 'X:Y'"},
+		{name: "static CRLF", rewrite: `{name: X-Static, value: "` + canary + `\r\nX-Evil: 1"}`, wantErr: "static value of header 'X-Static' for host 'a.com' contains characters not allowed in a header value"},
+		{name: "static LF", rewrite: `{name: X-Static, value: "` + canary + `\n"}`, wantErr: "contains characters not allowed"},
+		{name: "static NUL", rewrite: `{name: X-Static, value: "` + canary + `\u0000"}`, wantErr: "contains characters not allowed"},
+		{name: "template CR", rewrite: `{name: X-T, value: "` + canary + `\r{value}", secret_ref: k}`, wantErr: "value template of header 'X-T'"},
+		{name: "secret without placeholder", rewrite: `{name: Authorization, value: "Bearer ` + canary + `", secret_ref: openai-api-key}`, wantErr: "value of header 'Authorization' for host 'a.com' has secret_ref 'openai-api-key' but no {value} placeholder"},
+		{name: "secret_ref empty", rewrite: `{name: X, value: "{value}", secret_ref: ""}`, wantErr: "secret_ref '' for header 'X' must be a plain file name"},
+		{name: "secret_ref slash", rewrite: `{name: X, value: "{value}", secret_ref: "../etc/passwd"}`, wantErr: "secret_ref '../etc/passwd'"},
+		{name: "secret_ref subdir", rewrite: `{name: X, value: "{value}", secret_ref: "a/b"}`, wantErr: "must be a plain file name"},
+		{name: "secret_ref dotfile", rewrite: `{name: X, value: "{value}", secret_ref: ".hidden"}`, wantErr: "must be a plain file name"},
+		{name: "secret_ref data dir", rewrite: `{name: X, value: "{value}", secret_ref: "..data"}`, wantErr: "must be a plain file name"},
+		{name: "secret_ref space", rewrite: `{name: X, value: "{value}", secret_ref: "a b"}`, wantErr: "must be a plain file name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			src := "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      header_rewrites:\n        - " + tt.rewrite + "\n"
+			if tt.wantErr == "" {
+				mustParse(t, src)
+				return
+			}
+			got := parseErr(t, src)
+			wantContains(t, got, "line 6: egress_policy.rules[0].header_rewrites[0].", tt.wantErr)
+			if strings.Contains(got, canary) {
+				t.Errorf("error echoes a header value: %q", got)
+			}
+		})
+	}
+}
+
+func TestStaticDateValueStaysString(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      header_rewrites:\n        - name: anthropic-version\n          value: 2023-06-01\n")
+	if got := c.Policy.Rules[0].HeaderRewrites[0].Value; got != "2023-06-01" {
+		t.Errorf("Value = %q, want 2023-06-01", got)
+	}
+}
+
+func TestInterceptionDisabledNeedsNoCAPaths(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, minimal+"https_interception:\n  enabled: false\n")
+	if c.Interception.Enabled {
+		t.Error("Interception.Enabled = true")
+	}
+	// Like the reference, values of a disabled block are not checked.
+	mustParse(t, minimal+"https_interception:\n  enabled: false\n  cert_ttl_seconds: 1\n  listen_port: 8080\n")
+}
+
+func TestMultipleProblems(t *testing.T) {
+	t.Parallel()
+	src := `listen_addr: 0.0.0.0
+listen_port: 9090
+max_connections: 0
+egress_policy:
+  default_action: sometimes
+  rules:
+    - host: a.com
+      action: allow
+      allowed_ports: [0, 443]
+      header_rewrites:
+        - {name: "bad name", value: x}
+    - host: A.COM
+      action: maybe
+https_interception:
+  enabled: true
+  listen_port: 9090
+`
+	_, err := Parse([]byte(src))
+	got := Problems(err)
+	want := []*FieldError{
+		{Path: "listen_addr", Line: 1, Msg: "'0.0.0.0' is not loopback; set allow_non_loopback: true to permit non-loopback binding"},
+		{Path: "listen_port", Line: 2, Msg: "listen_port 9090 collides with metrics_port 9090"},
+		{Path: "max_connections", Line: 3, Msg: "0 must be between 1 and 4294967295 (0 would refuse every connection)"},
+		{Path: "egress_policy.default_action", Line: 5, Msg: "must be allow or deny, got 'sometimes'"},
+		{Path: "egress_policy.rules[0].allowed_ports[0]", Line: 9, Msg: "port 0 out of range 1-65535"},
+		{Path: "egress_policy.rules[0].header_rewrites[0].name", Line: 11, Msg: "invalid header name 'bad name' in rewrite for host 'a.com'"},
+		{Path: "egress_policy.rules[1].action", Line: 13, Msg: "must be allow or deny, got 'maybe'"},
+		{Path: "egress_policy.rules[1].host", Line: 12, Msg: "duplicate host in egress policy after normalization: a.com (first at egress_policy.rules[0], line 7)"},
+		{Path: "https_interception", Line: 14, Msg: "https_interception.ca_cert_path and https_interception.ca_key_path must not be empty when enabled"},
+		{Path: "https_interception.listen_port", Line: 16, Msg: "https_interception.listen_port 9090 collides with listen_port 9090"},
+		{Path: "https_interception.listen_port", Line: 16, Msg: "https_interception.listen_port 9090 collides with metrics_port 9090"},
+	}
+	// Problems are sorted by line (stable).
+	sortByLine(want)
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Problems (-want +got):\n%s", d)
+	}
+}
+
+func sortByLine(ps []*FieldError) {
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].Line < ps[j-1].Line; j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
+		}
+	}
+}
+
+func TestFieldErrorFormat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		e    FieldError
+		want string
+	}{
+		{FieldError{Path: "a.b", Line: 3, Msg: "m"}, "line 3: a.b: m"},
+		{FieldError{Path: "a.b", Msg: "m"}, "a.b: m"},
+		{FieldError{Line: 3, Msg: "m"}, "line 3: m"},
+		{FieldError{Msg: "m"}, "m"},
+	}
+	for _, tt := range tests {
+		if got := tt.e.Error(); got != tt.want {
+			t.Errorf("%+v.Error() = %q, want %q", tt.e, got, tt.want)
+		}
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env     string
+		want    slog.Level
+		wantErr string
+	}{
+		{env: "", want: slog.LevelWarn},
+		{env: "debug", want: slog.LevelDebug},
+		{env: "info", want: slog.LevelInfo},
+		{env: "warn", want: slog.LevelWarn},
+		{env: "error", want: slog.LevelError},
+		{env: "DEBUG", wantErr: `BOTBOX_LOG_LEVEL: invalid log level "DEBUG"`},
+		{env: "trace", wantErr: "BOTBOX_LOG_LEVEL: invalid log level"},
+		{env: " info", wantErr: "BOTBOX_LOG_LEVEL: invalid log level"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			t.Parallel()
+			c := mustParse(t, "log_level: warn\n"+minimal)
+			err := ApplyEnv(c, func(k string) string {
+				if k == "BOTBOX_LOG_LEVEL" {
+					return tt.env
+				}
+				return ""
+			})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ApplyEnv(%q) = %v, want error containing %q", tt.env, err, tt.wantErr)
+				}
+				if c.LogLevel != slog.LevelWarn {
+					t.Errorf("LogLevel changed to %v on error", c.LogLevel)
+				}
+				return
+			}
+			if err != nil || c.LogLevel != tt.want {
+				t.Errorf("ApplyEnv(%q) = %v, LogLevel %v, want %v", tt.env, err, c.LogLevel, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte(minimal), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(minimal+"mitm: {}\nlisten_port: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(good); err != nil {
+		t.Errorf("Load(good) error = %v", err)
+	}
+	_, err := Load(filepath.Join(dir, "missing.yaml"))
+	if err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), `reading config "`) {
+		t.Errorf("Load(missing) error = %v, want reading config ... not exist", err)
+	}
+	_, err = Load(bad)
+	if err == nil || !strings.Contains(err.Error(), "loading config") {
+		t.Fatalf("Load(bad) error = %v", err)
+	}
+	if got := len(Problems(err)); got != 2 {
+		t.Errorf("Problems(Load(bad)) = %d problems, want 2: %v", got, err)
+	}
+}

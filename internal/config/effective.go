@@ -1,0 +1,175 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The eff* structs give the rendering order of Effective: the reference's
+// keys first, then the additions, then the two blocks.
+type effConfig struct {
+	ListenAddr       string `yaml:"listen_addr,omitempty"`
+	ListenPort       uint16 `yaml:"listen_port"`
+	MetricsPort      uint16 `yaml:"metrics_port"`
+	SecretsDir       string `yaml:"secrets_dir"`
+	MaxConnections   int    `yaml:"max_connections"`
+	AllowNonLoopback bool   `yaml:"allow_non_loopback"`
+
+	LogLevel       string `yaml:"log_level"`
+	UpstreamCAFile string `yaml:"upstream_ca_file"`
+
+	UpstreamConnectTimeoutMS        int64 `yaml:"upstream_connect_timeout_ms"`
+	UpstreamResponseHeaderTimeoutMS int64 `yaml:"upstream_response_header_timeout_ms"`
+	UpstreamIdleConnTimeoutSeconds  int64 `yaml:"upstream_idle_conn_timeout_seconds"`
+	ReadHeaderTimeoutMS             int64 `yaml:"read_header_timeout_ms"`
+	IdleTimeoutSeconds              int64 `yaml:"idle_timeout_seconds"`
+	ShutdownTimeoutSeconds          int64 `yaml:"shutdown_timeout_seconds"`
+	SecretsReloadDebounceMS         int64 `yaml:"secrets_reload_debounce_ms"`
+	SecretsResyncSeconds            int64 `yaml:"secrets_resync_seconds"`
+
+	EgressPolicy      effPolicy       `yaml:"egress_policy"`
+	HTTPSInterception effInterception `yaml:"https_interception"`
+}
+
+type effPolicy struct {
+	DefaultAction Action    `yaml:"default_action"`
+	Rules         []effRule `yaml:"rules"`
+}
+
+type effRule struct {
+	Host           string       `yaml:"host"`
+	Action         Action       `yaml:"action"`
+	AllowedPorts   []uint16     `yaml:"allowed_ports,flow"`
+	HeaderRewrites []effRewrite `yaml:"header_rewrites,omitempty"`
+}
+
+type effRewrite struct {
+	Name      string `yaml:"name"`
+	Value     string `yaml:"value"`
+	SecretRef string `yaml:"secret_ref,omitempty"`
+}
+
+type effInterception struct {
+	Enabled                      bool   `yaml:"enabled"`
+	ListenAddr                   string `yaml:"listen_addr,omitempty"`
+	ListenPort                   uint16 `yaml:"listen_port"`
+	CACertPath                   string `yaml:"ca_cert_path"`
+	CAKeyPath                    string `yaml:"ca_key_path"`
+	EnforceSNIHostMatch          bool   `yaml:"enforce_sni_host_match"`
+	DenyHandshakeOnDisallowedSNI bool   `yaml:"deny_handshake_on_disallowed_sni"`
+	CertTTLSeconds               int64  `yaml:"cert_ttl_seconds"`
+	CertCacheSize                int    `yaml:"cert_cache_size"`
+	CertCacheTTLSeconds          int64  `yaml:"cert_cache_ttl_seconds"`
+	HandshakeTimeoutMS           int64  `yaml:"handshake_timeout_ms"`
+}
+
+// listenAddrComment explains an omitted listen_addr: the address then
+// depends on the host (127.0.0.1, plus ::1 when IPv6 is available), which
+// writing "127.0.0.1" would change.
+const listenAddrComment = "listen_addr not set: 127.0.0.1, and also ::1 when the host has IPv6"
+
+// Effective renders the configuration as YAML with every default filled in
+// and hosts in canonical form, for `botbox check`. Parsing the output gives
+// back an equivalent Config. An omitted listen_addr stays omitted (with a
+// comment), because an explicit one changes the IPv6 behaviour; an omitted
+// allowed_ports is shown as [443]; the https_interception block is always
+// shown.
+func (c *Config) Effective() ([]byte, error) {
+	e := effConfig{
+		ListenPort:       c.ListenPort,
+		MetricsPort:      c.MetricsPort,
+		SecretsDir:       c.SecretsDir,
+		MaxConnections:   c.MaxConnections,
+		AllowNonLoopback: c.AllowNonLoopback,
+		LogLevel:         levelName(c.LogLevel),
+		UpstreamCAFile:   c.UpstreamCAFile,
+
+		UpstreamConnectTimeoutMS:        c.Timeouts.UpstreamConnect.Milliseconds(),
+		UpstreamResponseHeaderTimeoutMS: c.Timeouts.UpstreamResponseHeader.Milliseconds(),
+		UpstreamIdleConnTimeoutSeconds:  seconds(c.Timeouts.UpstreamIdleConn),
+		ReadHeaderTimeoutMS:             c.Timeouts.DownstreamReadHeader.Milliseconds(),
+		IdleTimeoutSeconds:              seconds(c.Timeouts.DownstreamIdle),
+		ShutdownTimeoutSeconds:          seconds(c.Timeouts.Shutdown),
+		SecretsReloadDebounceMS:         c.SecretsReloadDebounce.Milliseconds(),
+		SecretsResyncSeconds:            seconds(c.SecretsResyncInterval),
+
+		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}},
+	}
+	if c.ListenAddrExplicit {
+		e.ListenAddr = c.ListenAddr.String()
+	}
+	for _, r := range c.Policy.Rules {
+		er := effRule{Host: r.Host, Action: r.Action, AllowedPorts: r.AllowedPorts}
+		if er.AllowedPorts == nil {
+			er.AllowedPorts = []uint16{443}
+		}
+		for _, h := range r.HeaderRewrites {
+			er.HeaderRewrites = append(er.HeaderRewrites, effRewrite(h))
+		}
+		e.EgressPolicy.Rules = append(e.EgressPolicy.Rules, er)
+	}
+	in := c.Interception
+	e.HTTPSInterception = effInterception{
+		Enabled:                      in.Enabled,
+		ListenPort:                   in.ListenPort,
+		CACertPath:                   in.CACertPath,
+		CAKeyPath:                    in.CAKeyPath,
+		EnforceSNIHostMatch:          in.EnforceSNIHostMatch,
+		DenyHandshakeOnDisallowedSNI: in.DenyHandshakeOnDisallowedSNI,
+		CertTTLSeconds:               seconds(in.CertTTL),
+		CertCacheSize:                in.CertCacheSize,
+		CertCacheTTLSeconds:          seconds(in.CertCacheTTL),
+		HandshakeTimeoutMS:           in.HandshakeTimeout.Milliseconds(),
+	}
+	if in.ListenAddrExplicit {
+		e.HTTPSInterception.ListenAddr = in.ListenAddr.String()
+	}
+
+	var root yaml.Node
+	if err := root.Encode(&e); err != nil {
+		return nil, fmt.Errorf("rendering effective config: %w", err)
+	}
+	if !c.ListenAddrExplicit {
+		commentBefore(&root, "listen_port", listenAddrComment)
+	}
+	if !in.ListenAddrExplicit {
+		if n := valueOf(&root, "https_interception"); n != nil {
+			commentBefore(n, "listen_port", listenAddrComment)
+		}
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&root); err != nil {
+		return nil, fmt.Errorf("rendering effective config: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("rendering effective config: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func seconds(d time.Duration) int64 { return int64(d / time.Second) }
+
+// commentBefore puts a head comment on key in mapping m.
+func commentBefore(m *yaml.Node, key, comment string) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content[i].HeadComment = comment
+			return
+		}
+	}
+}
+
+// valueOf returns the value of key in mapping m.
+func valueOf(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}

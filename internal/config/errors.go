@@ -1,0 +1,70 @@
+package config
+
+import (
+	"errors"
+	"strconv"
+)
+
+// FieldError is one configuration problem. Parse joins every FieldError it
+// finds with errors.Join; Problems lists them back.
+type FieldError struct {
+	// Path is the key path, e.g. "egress_policy.rules[2].allowed_ports[0]";
+	// "" for problems of the whole file (syntax, empty file).
+	Path string
+	// Line is the 1-based line in the file, 0 when unknown (e.g. a missing key
+	// of the top level).
+	Line int
+	// Msg says what is wrong. It never contains a header value or a secret.
+	Msg string
+}
+
+// Error formats "line 12: egress_policy.rules[2].host: msg", leaving out
+// the parts that are unknown.
+func (e *FieldError) Error() string {
+	s := ""
+	if e.Line > 0 {
+		s = "line " + strconv.Itoa(e.Line) + ": "
+	}
+	if e.Path != "" {
+		s += e.Path + ": "
+	}
+	return s + e.Msg
+}
+
+// Problems returns every *FieldError inside err (as returned by Parse or
+// Load), in order. It returns nil when err holds none.
+func Problems(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		if err == nil {
+			return
+		}
+		if fe, ok := err.(*FieldError); ok {
+			out = append(out, fe)
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return out
+}
+
+// joinProblems turns a list of problems into one error (nil when empty).
+func joinProblems(ps []*FieldError) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	errs := make([]error, len(ps))
+	for i, p := range ps {
+		errs[i] = p
+	}
+	return errors.Join(errs...)
+}

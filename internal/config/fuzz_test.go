@@ -1,0 +1,53 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+)
+
+// FuzzParse: Parse never panics; every error is a list of *FieldError; a
+// valid config survives Effective -> Parse unchanged (see checkRoundTrip).
+func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "cases", "*.txtar"))
+	for _, file := range files {
+		ar, err := txtar.ParseFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(section(ar, "config.yaml"))
+	}
+	if b, err := os.ReadFile(filepath.Join("testdata", "reference-example.yaml")); err == nil {
+		f.Add(b)
+	}
+	for _, s := range []string{
+		minimal,
+		minimal + interceptionOK,
+		"egress_policy:\n  rules:\n    - {host: \"[::1]:443\", action: allow, allowed_ports: [1, 65535]}\n",
+		"egress_policy: &a\n  rules: []\nx: *a\n",
+		"egress_policy: {rules: [{host: a, action: deny, header_rewrites: [{name: X, value: '{value}', secret_ref: k}]}]}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			ps := Problems(err)
+			if len(ps) == 0 {
+				t.Fatalf("Parse error without problems: %v", err)
+			}
+			if got := strings.Count(err.Error(), "\n") + 1; got < len(ps) {
+				t.Fatalf("error text has %d lines for %d problems", got, len(ps))
+			}
+			return
+		}
+		eff, err := c.Effective()
+		if err != nil {
+			t.Fatalf("Effective() error = %v", err)
+		}
+		checkRoundTrip(t, c, eff)
+	})
+}

@@ -1,0 +1,131 @@
+package config
+
+import (
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// Config is the validated, immutable configuration BotBox runs with. It is
+// produced only by Parse/Load; every default is already filled in.
+type Config struct {
+	// ListenAddr is the plain HTTP proxy listener address (default 127.0.0.1).
+	ListenAddr netip.Addr
+	// ListenAddrExplicit is false when listen_addr was omitted: the proxy then
+	// also listens on [::1] when the kernel has IPv6 (redirected IPv6 lands there).
+	ListenAddrExplicit bool
+	// ListenPort is the plain HTTP proxy port (default 8080).
+	ListenPort uint16
+	// MetricsPort is the loopback-only metrics/health port (default 9090).
+	MetricsPort uint16
+	// SecretsDir is the watched secret directory (default /var/run/secrets/botbox).
+	SecretsDir string
+	// MaxConnections bounds concurrent downstream connections across every
+	// proxy listener (default 1024, at least 1).
+	MaxConnections int
+	// AllowNonLoopback permits a non-loopback ListenAddr (default false).
+	AllowNonLoopback bool
+	// Policy is the egress policy.
+	Policy Policy
+	// Interception is the HTTPS interception block; Enabled is false when absent.
+	Interception Interception
+	// UpstreamCAFile is an optional PEM bundle of extra roots trusted for
+	// upstream TLS, added to the system roots ("" = none).
+	UpstreamCAFile string
+	// LogLevel is the minimum log level (default info; BOTBOX_LOG_LEVEL overrides).
+	LogLevel slog.Level
+	// Timeouts holds every timeout, reference values by default.
+	Timeouts Timeouts
+	// SecretsReloadDebounce is the delay between a file event and the reload (default 2s).
+	SecretsReloadDebounce time.Duration
+	// SecretsResyncInterval is the periodic full re-read of the secret directory,
+	// a fallback for missed events (default 30s).
+	SecretsResyncInterval time.Duration
+	// Warnings are non-fatal findings (e.g. default_action allow).
+	Warnings []Warning
+}
+
+// Warning is a non-fatal configuration finding, logged at start-up.
+type Warning struct {
+	// Path is the key path, e.g. "egress_policy.default_action".
+	Path    string
+	Message string
+}
+
+// Action is a policy action.
+type Action string
+
+// The two policy actions.
+const (
+	ActionAllow Action = "allow"
+	ActionDeny  Action = "deny"
+)
+
+// Policy is the egress policy section.
+type Policy struct {
+	// DefaultAction applies to hosts no rule names (default deny).
+	DefaultAction Action
+	// Rules in file order; hosts are unique after canonicalisation.
+	Rules []Rule
+}
+
+// Rule is one egress_policy.rules entry.
+type Rule struct {
+	// Host is the canonical host (lowercase, punycode, no trailing dot, IP
+	// literals in canonical form without brackets), no port.
+	Host string
+	// RawHost is the host as written in the file (for messages).
+	RawHost string
+	// Index is the rule's position in egress_policy.rules (0-based).
+	Index int
+	// Line is the line of the rule in the config file (0 if unknown).
+	Line   int
+	Action Action
+	// HeaderRewrites are applied, in order, to allowed requests.
+	HeaderRewrites []HeaderRewrite
+	// AllowedPorts is nil when omitted: then only 443 is allowed.
+	AllowedPorts []uint16
+}
+
+// HeaderRewrite is one header_rewrites entry.
+type HeaderRewrite struct {
+	// Name is the header name as configured (validated token).
+	Name string
+	// Value is the template; "{value}" is replaced by the secret when SecretRef is set.
+	Value string
+	// SecretRef is the secret key (file name in SecretsDir), "" for static values.
+	SecretRef string
+}
+
+// Interception is the https_interception section.
+type Interception struct {
+	Enabled                      bool
+	ListenAddr                   netip.Addr
+	ListenAddrExplicit           bool
+	ListenPort                   uint16
+	CACertPath                   string
+	CAKeyPath                    string
+	EnforceSNIHostMatch          bool
+	DenyHandshakeOnDisallowedSNI bool
+	CertTTL                      time.Duration
+	CertCacheSize                int
+	CertCacheTTL                 time.Duration
+	HandshakeTimeout             time.Duration
+}
+
+// Timeouts are the proxy's timeouts. Zero never means "none" after Parse.
+type Timeouts struct {
+	// UpstreamConnect bounds DNS + TCP connect + TLS handshake to an origin (default 10s).
+	UpstreamConnect time.Duration
+	// UpstreamResponseHeader bounds the wait for the origin's response head (default 30s).
+	UpstreamResponseHeader time.Duration
+	// UpstreamIdleConn closes pooled idle upstream connections (default 90s).
+	UpstreamIdleConn time.Duration
+	// DownstreamReadHeader bounds reading a client's request head (default 10s).
+	DownstreamReadHeader time.Duration
+	// DownstreamIdle closes idle client keep-alive connections (default 120s).
+	DownstreamIdle time.Duration
+	// Shutdown is the single drain deadline after SIGTERM (default 25s, below
+	// Kubernetes' 30s grace period).
+	Shutdown time.Duration
+}

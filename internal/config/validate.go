@@ -1,0 +1,519 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/botbox/botbox/internal/hostport"
+)
+
+// Defaults. The reference's values where it has the key or hard-codes the
+// behaviour; docs/config.md lists them.
+const (
+	defaultListenAddr     = "127.0.0.1"
+	defaultListenPort     = 8080
+	defaultMetricsPort    = 9090
+	defaultSecretsDir     = "/var/run/secrets/botbox"
+	defaultMaxConnections = 1024
+	defaultLogLevel       = "info"
+
+	defaultUpstreamConnectTimeoutMS        = 10000
+	defaultUpstreamResponseHeaderTimeoutMS = 30000
+	defaultUpstreamIdleConnTimeoutSeconds  = 90
+	defaultReadHeaderTimeoutMS             = 10000
+	defaultIdleTimeoutSeconds              = 120
+	defaultShutdownTimeoutSeconds          = 25
+	defaultSecretsReloadDebounceMS         = 2000
+	defaultSecretsResyncSeconds            = 30
+
+	defaultInterceptionListenPort = 8443
+	defaultCertTTLSeconds         = 86400
+	defaultCertCacheSize          = 1024
+	defaultCertCacheTTLSeconds    = 3600
+	defaultHandshakeTimeoutMS     = 5000
+
+	maxConnectionsLimit = 1<<32 - 1 // the reference's u32
+	certCacheSizeLimit  = 1 << 20
+)
+
+// Warning messages, worded as the reference logs them.
+const (
+	warnNonLoopback  = "allow_non_loopback is enabled; ensure compensating controls (NetworkPolicy, mTLS) are in place"
+	warnDefaultAllow = "default_action is 'allow'; this is discouraged for production use (SEC-009: unbounded metrics cardinality, SEC-003: open proxy risk)"
+)
+
+// checker accumulates problems and warnings during validation.
+type checker struct {
+	idx      *posIndex
+	problems []*FieldError
+	warnings []Warning
+}
+
+func (c *checker) errorf(path, format string, args ...any) {
+	c.problems = append(c.problems, &FieldError{Path: path, Line: c.idx.line(path), Msg: fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) warn(path, msg string) {
+	c.warnings = append(c.warnings, Warning{Path: path, Message: msg})
+}
+
+// intIn returns *v (or def when nil) and reports a value outside [lo, hi].
+func (c *checker) intIn(path string, v *int64, def, lo, hi int64) int64 {
+	if v == nil {
+		return def
+	}
+	if *v < lo || *v > hi {
+		c.errorf(path, "%d must be between %d and %d", *v, lo, hi)
+		return def
+	}
+	return *v
+}
+
+// port returns *v (or def when nil) and reports a port outside 1-65535.
+func (c *checker) port(path string, v *int64, def uint16) uint16 {
+	if v == nil {
+		return def
+	}
+	if *v < 1 || *v > 65535 {
+		c.errorf(path, "port %d out of range 1-65535", *v)
+		return def
+	}
+	return uint16(*v)
+}
+
+func (c *checker) ms(path string, v *int64, def, lo, hi int64) time.Duration {
+	return time.Duration(c.intIn(path, v, def, lo, hi)) * time.Millisecond
+}
+
+func (c *checker) seconds(path string, v *int64, def, lo, hi int64) time.Duration {
+	return time.Duration(c.intIn(path, v, def, lo, hi)) * time.Second
+}
+
+func str(v *string, def string) string {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+func boolean(v *bool, def bool) bool {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+// validate fills in defaults, checks every value and builds the Config.
+func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
+	c := &checker{idx: idx}
+	cfg := &Config{}
+
+	cfg.ListenAddrExplicit = w.ListenAddr != nil
+	cfg.AllowNonLoopback = boolean(w.AllowNonLoopback, false)
+	if a, ok := c.ipLiteral("listen_addr", str(w.ListenAddr, defaultListenAddr)); ok {
+		cfg.ListenAddr = a
+		if !a.IsLoopback() && !cfg.AllowNonLoopback {
+			c.errorf("listen_addr", "'%s' is not loopback; set allow_non_loopback: true to permit non-loopback binding", a)
+		}
+	}
+	if cfg.AllowNonLoopback {
+		c.warn("listen_addr", warnNonLoopback)
+	}
+	cfg.ListenPort = c.port("listen_port", w.ListenPort, defaultListenPort)
+	cfg.MetricsPort = c.port("metrics_port", w.MetricsPort, defaultMetricsPort)
+	if cfg.ListenPort == cfg.MetricsPort {
+		if w.MetricsPort != nil {
+			c.errorf("metrics_port", "metrics_port %d collides with listen_port %d", cfg.MetricsPort, cfg.ListenPort)
+		} else {
+			c.errorf("listen_port", "listen_port %d collides with metrics_port %d", cfg.ListenPort, cfg.MetricsPort)
+		}
+	}
+	cfg.SecretsDir = str(w.SecretsDir, defaultSecretsDir)
+	if strings.TrimSpace(cfg.SecretsDir) == "" {
+		c.errorf("secrets_dir", "must not be empty")
+	}
+	if w.MaxConnections != nil && *w.MaxConnections == 0 {
+		c.errorf("max_connections", "0 must be between 1 and %d (0 would refuse every connection)", int64(maxConnectionsLimit))
+	} else {
+		cfg.MaxConnections = int(c.intIn("max_connections", w.MaxConnections, defaultMaxConnections, 1, maxConnectionsLimit))
+	}
+
+	level := str(w.LogLevel, defaultLogLevel)
+	if l, err := parseLevel(level); err != nil {
+		c.errorf("log_level", "%v", err)
+	} else {
+		cfg.LogLevel = l
+	}
+	cfg.UpstreamCAFile = str(w.UpstreamCAFile, "")
+
+	cfg.Timeouts = Timeouts{
+		UpstreamConnect:        c.ms("upstream_connect_timeout_ms", w.UpstreamConnectTimeoutMS, defaultUpstreamConnectTimeoutMS, 1, 300_000),
+		UpstreamResponseHeader: c.ms("upstream_response_header_timeout_ms", w.UpstreamResponseHeaderTimeoutMS, defaultUpstreamResponseHeaderTimeoutMS, 1, 3_600_000),
+		UpstreamIdleConn:       c.seconds("upstream_idle_conn_timeout_seconds", w.UpstreamIdleConnTimeoutSeconds, defaultUpstreamIdleConnTimeoutSeconds, 1, 3600),
+		DownstreamReadHeader:   c.ms("read_header_timeout_ms", w.ReadHeaderTimeoutMS, defaultReadHeaderTimeoutMS, 1, 600_000),
+		DownstreamIdle:         c.seconds("idle_timeout_seconds", w.IdleTimeoutSeconds, defaultIdleTimeoutSeconds, 1, 3600),
+		Shutdown:               c.seconds("shutdown_timeout_seconds", w.ShutdownTimeoutSeconds, defaultShutdownTimeoutSeconds, 1, 3600),
+	}
+	cfg.SecretsReloadDebounce = c.ms("secrets_reload_debounce_ms", w.SecretsReloadDebounceMS, defaultSecretsReloadDebounceMS, 1, 60_000)
+	cfg.SecretsResyncInterval = c.seconds("secrets_resync_seconds", w.SecretsResyncSeconds, defaultSecretsResyncSeconds, 1, 3600)
+
+	cfg.Policy = c.policy(w.EgressPolicy)
+	cfg.Interception = c.interception(w.HTTPSInterception, cfg)
+	cfg.Warnings = c.warnings
+
+	if len(c.problems) > 0 {
+		return nil, c.problems
+	}
+	return cfg, nil
+}
+
+// ipLiteral parses an IP address without zone.
+func (c *checker) ipLiteral(path, v string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(v)
+	if err != nil || a.Zone() != "" {
+		c.errorf(path, "must be an IP literal, got '%s'", clip(v))
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// parseLevel parses one of the four lowercase level names.
+func parseLevel(s string) (slog.Level, error) {
+	switch s {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return 0, fmt.Errorf("invalid log level %q (want debug, info, warn or error)", clip(s))
+}
+
+// levelName is the inverse of parseLevel.
+func levelName(l slog.Level) string {
+	switch {
+	case l <= slog.LevelDebug:
+		return "debug"
+	case l <= slog.LevelInfo:
+		return "info"
+	case l <= slog.LevelWarn:
+		return "warn"
+	}
+	return "error"
+}
+
+func parseAction(s string) (Action, bool) {
+	switch Action(s) {
+	case ActionAllow, ActionDeny:
+		return Action(s), true
+	}
+	return "", false
+}
+
+func (c *checker) policy(w *wirePolicy) Policy {
+	const base = "egress_policy"
+	p := Policy{DefaultAction: ActionDeny, Rules: []Rule{}}
+	if w == nil {
+		c.errorf(base, "required key is missing")
+		return p
+	}
+	if w.DefaultAction != nil {
+		a, ok := parseAction(*w.DefaultAction)
+		if !ok {
+			c.errorf(base+".default_action", "must be allow or deny, got '%s'", clip(*w.DefaultAction))
+		} else {
+			p.DefaultAction = a
+		}
+	}
+	if p.DefaultAction == ActionAllow {
+		c.warn(base+".default_action", warnDefaultAllow)
+	}
+	if w.Rules == nil && !c.isEmptyList(base+".rules") {
+		c.errorf(base+".rules", "required key is missing (use rules: [] for none)")
+	}
+	seen := map[string]int{} // canonical host -> rule index
+	for i, wr := range w.Rules {
+		path := fmt.Sprintf("%s.rules[%d]", base, i)
+		r, ok := c.rule(path, i, wr)
+		if !ok {
+			continue
+		}
+		if j, dup := seen[r.Host]; dup {
+			first := fmt.Sprintf("%s.rules[%d]", base, j)
+			c.errorf(path+".host", "duplicate host in egress policy after normalization: %s (first at %s, line %d)", r.Host, first, c.idx.line(first))
+			continue
+		}
+		seen[r.Host] = i
+		p.Rules = append(p.Rules, r)
+	}
+	return p
+}
+
+// isEmptyList reports whether path is present as an explicit empty list.
+func (c *checker) isEmptyList(path string) bool {
+	n := c.idx.values[path]
+	return n != nil && n.ShortTag() == "!!seq" && len(n.Content) == 0
+}
+
+// rule validates one rule; ok is false when its host is unusable.
+func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
+	r := Rule{Index: i, Line: c.idx.line(path)}
+	host, hostOK := c.ruleHost(path+".host", w.Host)
+	r.Host, r.RawHost = host, str(w.Host, "")
+	label := host
+	if !hostOK {
+		label = clip(r.RawHost)
+	}
+
+	switch {
+	case w.Action == nil:
+		c.errorf(path+".action", "required key is missing (allow or deny)")
+	default:
+		a, ok := parseAction(*w.Action)
+		if !ok {
+			c.errorf(path+".action", "must be allow or deny, got '%s'", clip(*w.Action))
+		}
+		r.Action = a
+	}
+
+	if w.AllowedPorts != nil || c.isEmptyList(path+".allowed_ports") {
+		if len(w.AllowedPorts) == 0 {
+			c.errorf(path+".allowed_ports", "allowed_ports cannot be empty for host '%s' (omit the key to allow only port 443)", label)
+		}
+		r.AllowedPorts = make([]uint16, 0, len(w.AllowedPorts))
+		for j, p := range w.AllowedPorts {
+			r.AllowedPorts = append(r.AllowedPorts, c.port(fmt.Sprintf("%s.allowed_ports[%d]", path, j), &p, 0))
+		}
+	}
+
+	for j, wh := range w.HeaderRewrites {
+		if h, ok := c.rewrite(fmt.Sprintf("%s.header_rewrites[%d]", path, j), label, wh); ok {
+			r.HeaderRewrites = append(r.HeaderRewrites, h)
+		}
+	}
+	return r, hostOK
+}
+
+// ruleHost canonicalises a rule host. "host:port" is accepted like the
+// reference (the port is ignored) with a warning.
+func (c *checker) ruleHost(path string, raw *string) (string, bool) {
+	if raw == nil || strings.TrimSpace(*raw) == "" {
+		c.errorf(path, "empty host in egress policy rule")
+		return "", false
+	}
+	if strings.TrimSpace(*raw) != *raw {
+		c.errorf(path, "host '%s' has leading/trailing whitespace in egress policy rule", clip(*raw))
+		return "", false
+	}
+	h, err := hostport.ParseHost(*raw)
+	if err == nil {
+		return h, true
+	}
+	hp, err2 := hostport.Parse(*raw)
+	if err2 != nil || !hp.HasPort {
+		c.errorf(path, "%v", err)
+		return "", false
+	}
+	c.warn(path, fmt.Sprintf("port %d in host '%s' is ignored; only allowed_ports selects ports (without it only 443 is allowed)", hp.Port, clip(*raw)))
+	return hp.Host, true
+}
+
+// rewrite validates one header rewrite.
+func (c *checker) rewrite(path, host string, w wireRewrite) (HeaderRewrite, bool) {
+	ok := true
+	h := HeaderRewrite{Name: str(w.Name, ""), Value: str(w.Value, ""), SecretRef: str(w.SecretRef, "")}
+	switch {
+	case h.Name == "":
+		c.errorf(path+".name", "empty header name in rewrite for host '%s'", host)
+		ok = false
+	case !httpguts.ValidHeaderFieldName(h.Name):
+		c.errorf(path+".name", "invalid header name '%s' in rewrite for host '%s'", clip(h.Name), host)
+		ok = false
+	case reservedHeader(h.Name):
+		c.errorf(path+".name", "header '%s' cannot be used in rewrites (reserved/hop-by-hop) for host '%s'", h.Name, host)
+		ok = false
+	}
+	name := clip(h.Name)
+
+	if w.Value == nil {
+		c.errorf(path+".value", "required key is missing")
+		ok = false
+	}
+	// The value is never quoted in messages: a static value may be a credential.
+	if w.SecretRef != nil {
+		if !validSecretRef(h.SecretRef) {
+			c.errorf(path+".secret_ref", "secret_ref '%s' for header '%s' must be a plain file name in secrets_dir (not empty, no '/', no whitespace or control characters, not starting with '.')", clip(h.SecretRef), name)
+			ok = false
+		}
+		if w.Value != nil && !strings.Contains(h.Value, "{value}") {
+			c.errorf(path+".value", "value of header '%s' for host '%s' has secret_ref '%s' but no {value} placeholder, so the secret would never be sent", name, host, clip(h.SecretRef))
+			ok = false
+		}
+		if !httpguts.ValidHeaderFieldValue(strings.ReplaceAll(h.Value, "{value}", "")) {
+			c.errorf(path+".value", "value template of header '%s' for host '%s' contains characters not allowed in a header value (CR, LF, NUL or another control character)", name, host)
+			ok = false
+		}
+	} else if !httpguts.ValidHeaderFieldValue(h.Value) {
+		c.errorf(path+".value", "static value of header '%s' for host '%s' contains characters not allowed in a header value (CR, LF, NUL or another control character)", name, host)
+		ok = false
+	}
+	return h, ok
+}
+
+// reservedHeader reports the headers a rewrite may not set: Host and the
+// hop-by-hop headers (the reference's list).
+func reservedHeader(name string) bool {
+	switch strings.ToLower(name) {
+	case "host", "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
+		"proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade":
+		return true
+	}
+	return false
+}
+
+// validSecretRef reports whether ref is a plain file name that the secrets
+// loader can hold: not empty, at most 255 bytes, no '/', no leading '.'
+// (dotfiles are skipped by the loader), no whitespace or control bytes.
+func validSecretRef(ref string) bool {
+	if ref == "" || len(ref) > 255 || ref[0] == '.' {
+		return false
+	}
+	for i := 0; i < len(ref); i++ {
+		if b := ref[i]; b == '/' || b <= ' ' || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *checker) interception(w *wireInterception, cfg *Config) Interception {
+	const base = "https_interception"
+	in := Interception{
+		ListenAddr:          netip.MustParseAddr(defaultListenAddr),
+		ListenPort:          defaultInterceptionListenPort,
+		EnforceSNIHostMatch: true,
+		CertTTL:             defaultCertTTLSeconds * time.Second,
+		CertCacheSize:       defaultCertCacheSize,
+		CertCacheTTL:        defaultCertCacheTTLSeconds * time.Second,
+		HandshakeTimeout:    defaultHandshakeTimeoutMS * time.Millisecond,
+	}
+	if w == nil {
+		return in
+	}
+	if w.Enabled == nil {
+		c.errorf(base+".enabled", "required key is missing when the https_interception block is present (true or false)")
+	}
+	in.Enabled = boolean(w.Enabled, false)
+	in.ListenAddrExplicit = w.ListenAddr != nil
+	in.CACertPath = str(w.CACertPath, "")
+	in.CAKeyPath = str(w.CAKeyPath, "")
+	in.EnforceSNIHostMatch = boolean(w.EnforceSNIHostMatch, true)
+	in.DenyHandshakeOnDisallowedSNI = boolean(w.DenyHandshakeOnDisallowedSNI, false)
+
+	// Like the reference, the values of a disabled block are kept but not
+	// checked; they are rendered by Effective as written.
+	if !in.Enabled {
+		if a, err := netip.ParseAddr(str(w.ListenAddr, defaultListenAddr)); err == nil {
+			in.ListenAddr = a
+		}
+		if w.ListenPort != nil && *w.ListenPort >= 1 && *w.ListenPort <= 65535 {
+			in.ListenPort = uint16(*w.ListenPort)
+		}
+		setIf(&in.CertTTL, w.CertTTLSeconds, time.Second)
+		setIf(&in.CertCacheTTL, w.CertCacheTTLSeconds, time.Second)
+		setIf(&in.HandshakeTimeout, w.HandshakeTimeoutMS, time.Millisecond)
+		if w.CertCacheSize != nil && *w.CertCacheSize >= 1 && *w.CertCacheSize <= certCacheSizeLimit {
+			in.CertCacheSize = int(*w.CertCacheSize)
+		}
+		return in
+	}
+
+	if a, ok := c.ipLiteral(base+".listen_addr", str(w.ListenAddr, defaultListenAddr)); ok {
+		in.ListenAddr = a
+		if !a.IsLoopback() {
+			c.errorf(base+".listen_addr", "'%s' must be loopback; HTTPS interception listener must bind to loopback only", a)
+		}
+	}
+	in.ListenPort = c.port(base+".listen_port", w.ListenPort, defaultInterceptionListenPort)
+	if in.ListenPort == cfg.ListenPort {
+		c.errorf(base+".listen_port", "https_interception.listen_port %d collides with listen_port %d", in.ListenPort, cfg.ListenPort)
+	}
+	if in.ListenPort == cfg.MetricsPort {
+		c.errorf(base+".listen_port", "https_interception.listen_port %d collides with metrics_port %d", in.ListenPort, cfg.MetricsPort)
+	}
+	certEmpty, keyEmpty := strings.TrimSpace(in.CACertPath) == "", strings.TrimSpace(in.CAKeyPath) == ""
+	switch {
+	case certEmpty && keyEmpty:
+		c.errorf(base, "https_interception.ca_cert_path and https_interception.ca_key_path must not be empty when enabled")
+	case certEmpty:
+		c.errorf(base+".ca_cert_path", "https_interception.ca_cert_path must not be empty when enabled")
+	case keyEmpty:
+		c.errorf(base+".ca_key_path", "https_interception.ca_key_path must not be empty when enabled")
+	}
+	if w.CertCacheSize != nil && *w.CertCacheSize <= 0 {
+		c.errorf(base+".cert_cache_size", "https_interception.cert_cache_size must be greater than 0, got %d", *w.CertCacheSize)
+	} else {
+		in.CertCacheSize = int(c.intIn(base+".cert_cache_size", w.CertCacheSize, defaultCertCacheSize, 1, certCacheSizeLimit))
+	}
+	in.CertTTL = c.seconds(base+".cert_ttl_seconds", w.CertTTLSeconds, defaultCertTTLSeconds, 60, 604800)
+	in.HandshakeTimeout = c.ms(base+".handshake_timeout_ms", w.HandshakeTimeoutMS, defaultHandshakeTimeoutMS, 100, 60000)
+	cacheTTL := int64(defaultCertCacheTTLSeconds)
+	if w.CertCacheTTLSeconds != nil {
+		cacheTTL = *w.CertCacheTTLSeconds
+	}
+	switch ttl := int64(in.CertTTL / time.Second); {
+	case cacheTTL < 0:
+		c.errorf(base+".cert_cache_ttl_seconds", "%d must not be negative", cacheTTL)
+	case cacheTTL > ttl:
+		c.errorf(base+".cert_cache_ttl_seconds", "https_interception.cert_cache_ttl_seconds (%d) must not exceed https_interception.cert_ttl_seconds (%d)", cacheTTL, ttl)
+	default:
+		in.CertCacheTTL = time.Duration(cacheTTL) * time.Second
+	}
+	return in
+}
+
+// setIf sets *d to *v units when v is present and not negative.
+func setIf(d *time.Duration, v *int64, unit time.Duration) {
+	if v != nil && *v >= 0 && *v <= int64(1<<62)/int64(unit) {
+		*d = time.Duration(*v) * unit
+	}
+}
+
+// RequiredSecretRefs returns every secret_ref of every rule (deny rules
+// too), sorted and without duplicates. The proxy is ready only when all exist.
+func (c *Config) RequiredSecretRefs() []string {
+	refs := []string{}
+	for _, r := range c.Policy.Rules {
+		for _, h := range r.HeaderRewrites {
+			if h.SecretRef != "" {
+				refs = append(refs, h.SecretRef)
+			}
+		}
+	}
+	slices.Sort(refs)
+	return slices.Compact(refs)
+}
+
+// ApplyEnv applies the environment overrides: BOTBOX_LOG_LEVEL (debug,
+// info, warn or error) replaces log_level. An empty variable changes
+// nothing; any other value is an error, never a silent default.
+func ApplyEnv(c *Config, getenv func(string) string) error {
+	if v := getenv("BOTBOX_LOG_LEVEL"); v != "" {
+		l, err := parseLevel(v)
+		if err != nil {
+			return fmt.Errorf("BOTBOX_LOG_LEVEL: %w", err)
+		}
+		c.LogLevel = l
+	}
+	return nil
+}
+

@@ -1,0 +1,68 @@
+package config
+
+// The wire structs mirror the YAML file one to one. Pointers mark keys whose
+// absence differs from their zero value (absent = default). They have no
+// custom UnmarshalYAML on purpose: strict decoding (KnownFields) does not
+// reach inside custom unmarshalers. Special scalars (addresses, actions,
+// levels, ranges) are interpreted after decoding, in validate.go.
+
+// wireConfig is the top level of the file.
+type wireConfig struct {
+	ListenAddr       *string `yaml:"listen_addr"`
+	ListenPort       *int64  `yaml:"listen_port"`
+	MetricsPort      *int64  `yaml:"metrics_port"`
+	SecretsDir       *string `yaml:"secrets_dir"`
+	MaxConnections   *int64  `yaml:"max_connections"`
+	AllowNonLoopback *bool   `yaml:"allow_non_loopback"`
+
+	LogLevel       *string `yaml:"log_level"`
+	UpstreamCAFile *string `yaml:"upstream_ca_file"`
+
+	UpstreamConnectTimeoutMS        *int64 `yaml:"upstream_connect_timeout_ms"`
+	UpstreamResponseHeaderTimeoutMS *int64 `yaml:"upstream_response_header_timeout_ms"`
+	UpstreamIdleConnTimeoutSeconds  *int64 `yaml:"upstream_idle_conn_timeout_seconds"`
+	ReadHeaderTimeoutMS             *int64 `yaml:"read_header_timeout_ms"`
+	IdleTimeoutSeconds              *int64 `yaml:"idle_timeout_seconds"`
+	ShutdownTimeoutSeconds          *int64 `yaml:"shutdown_timeout_seconds"`
+	SecretsReloadDebounceMS         *int64 `yaml:"secrets_reload_debounce_ms"`
+	SecretsResyncSeconds            *int64 `yaml:"secrets_resync_seconds"`
+
+	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
+	HTTPSInterception *wireInterception `yaml:"https_interception"`
+}
+
+// wirePolicy is egress_policy.
+type wirePolicy struct {
+	DefaultAction *string    `yaml:"default_action"`
+	Rules         []wireRule `yaml:"rules"`
+}
+
+// wireRule is one egress_policy.rules entry.
+type wireRule struct {
+	Host           *string       `yaml:"host"`
+	Action         *string       `yaml:"action"`
+	HeaderRewrites []wireRewrite `yaml:"header_rewrites"`
+	AllowedPorts   []int64       `yaml:"allowed_ports"`
+}
+
+// wireRewrite is one header_rewrites entry.
+type wireRewrite struct {
+	Name      *string `yaml:"name"`
+	Value     *string `yaml:"value"`
+	SecretRef *string `yaml:"secret_ref"`
+}
+
+// wireInterception is https_interception.
+type wireInterception struct {
+	Enabled                      *bool   `yaml:"enabled"`
+	ListenAddr                   *string `yaml:"listen_addr"`
+	ListenPort                   *int64  `yaml:"listen_port"`
+	CACertPath                   *string `yaml:"ca_cert_path"`
+	CAKeyPath                    *string `yaml:"ca_key_path"`
+	EnforceSNIHostMatch          *bool   `yaml:"enforce_sni_host_match"`
+	DenyHandshakeOnDisallowedSNI *bool   `yaml:"deny_handshake_on_disallowed_sni"`
+	CertTTLSeconds               *int64  `yaml:"cert_ttl_seconds"`
+	CertCacheSize                *int64  `yaml:"cert_cache_size"`
+	CertCacheTTLSeconds          *int64  `yaml:"cert_cache_ttl_seconds"`
+	HandshakeTimeoutMS           *int64  `yaml:"handshake_timeout_ms"`
+}

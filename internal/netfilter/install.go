@@ -1,0 +1,251 @@
+package netfilter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Install applies the ruleset of s, per family and per table atomically
+// (iptables-restore --noflush), touching only BotBox's chains and its
+// OUTPUT jumps. It is idempotent: running it again rebuilds the chains and
+// leaves exactly one jump per chain, at OUTPUT position 1.
+//
+// In order it:
+//   - checks the tools: iptables, iptables-restore, iptables-save; with IPv6,
+//     ip6tables, ip6tables-restore and ip6tables-save (reference §8.2 step 3
+//     message when missing) and that `ip6tables -w N -t nat -L -n` works
+//     (the NAT table message otherwise);
+//   - prints "Installing BotBox iptables rules..." and the parameter lines;
+//   - per family: reads iptables-save for nat and filter, renders with the
+//     existing jumps (Render), restores, reads back and verifies that each
+//     chain has its rules and exactly one jump, at position 1;
+//   - lists the chains (`-L CHAIN -v -n`) like the reference script.
+//
+// Failed checks are *CheckError values with the script's messages. stderr
+// is reserved for notes that are not errors (Install has none today).
+func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer) error {
+	rs := Plan(s)
+	wait := strconv.FormatUint(uint64(s.WaitSeconds), 10)
+
+	if err := lookTools(r, IPv4); err != nil {
+		return checkError(
+			"ERROR: iptables is not available ("+err.Error()+").",
+			"  Install iptables (it provides iptables, iptables-save and iptables-restore).")
+	}
+	if s.IPv6 {
+		if err := lookTools(r, IPv6); err != nil {
+			return errIP6tablesMissing()
+		}
+		if _, err := r.Run(ctx, nil, "ip6tables", "-w", wait, "-t", "nat", "-L", "-n"); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("checking the ip6tables nat table: %w", ctx.Err())
+			}
+			return errIP6NATMissing()
+		}
+	}
+
+	fmt.Fprintln(stdout, "Installing BotBox iptables rules...")
+	fmt.Fprintf(stdout, "  proxy_uid=%d proxy_port=%d redirect_from_port=%d ipv6=%s\n",
+		s.UID, s.ProxyPort, s.RedirectFromPort, boolDigit(s.IPv6))
+	if s.HTTPSInterception {
+		fmt.Fprintf(stdout, "  https_interception_port=%d (HTTPS interception enabled)\n", s.HTTPSInterceptionPort)
+	}
+	if len(s.DNSServers) > 0 {
+		fmt.Fprintf(stdout, "  dns_servers=%s (port 53 allowed only to these resolvers)\n", joinAddrs(s.DNSServers))
+	}
+	if s.DropICMP {
+		fmt.Fprintln(stdout, "  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery and MLD kept)")
+	}
+
+	for _, f := range rs.Families() {
+		before, err := readSaved(ctx, r, f, false)
+		if err != nil {
+			return err
+		}
+		payload := Render(rs, f, before)
+		if _, err := r.Run(ctx, []byte(payload), f.RestoreCommand(), restoreArgs(s.WaitSeconds)...); err != nil {
+			return fmt.Errorf("applying %s rules: %w", f, err)
+		}
+		after, err := readSaved(ctx, r, f, false)
+		if err != nil {
+			return err
+		}
+		if err := verifyInstalled(rs.Chains(f), after); err != nil {
+			return fmt.Errorf("verifying %s rules: %w", f, err)
+		}
+	}
+
+	for _, f := range rs.Families() {
+		fmt.Fprintf(stdout, "%s rules installed:\n", f.Command())
+		for _, c := range rs.Chains(f) {
+			out, err := r.Run(ctx, nil, f.Command(), "-w", wait, "-t", c.Table, "-L", c.Name, "-v", "-n")
+			if err != nil {
+				return fmt.Errorf("listing %s chain %s: %w", f, c.Name, err)
+			}
+			if _, err := stdout.Write(out); err != nil {
+				return fmt.Errorf("writing the listing: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Remove deletes BotBox's OUTPUT jumps and chains (the chain names of s) in
+// the nat and filter tables, for IPv4 and, whatever s.IPv6 says, for IPv6
+// when ip6tables is available: an IPv6 family or table that cannot be read
+// is skipped with a note on stderr, IPv4 failures are errors. Each family is
+// removed atomically, then read back to verify. Nothing to remove is not an
+// error.
+func Remove(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer) error {
+	if err := lookTools(r, IPv4); err != nil {
+		return checkError(
+			"ERROR: iptables is not available ("+err.Error()+").",
+			"  Install iptables (it provides iptables, iptables-save and iptables-restore).")
+	}
+	fmt.Fprintln(stdout, "Removing BotBox iptables rules...")
+	for _, f := range []Family{IPv4, IPv6} {
+		optional := f == IPv6
+		if optional {
+			if err := lookTools(r, f); err != nil {
+				fmt.Fprintf(stderr, "[WARN] ip6tables is not available (%v): IPv6 skipped.\n", err)
+				continue
+			}
+		}
+		cur, err := readSaved(ctx, r, f, optional)
+		if err != nil {
+			return err
+		}
+		if optional {
+			for _, t := range []string{TableNAT, TableFilter} {
+				if cur[t] == nil {
+					fmt.Fprintf(stderr, "[WARN] ip6tables %s table could not be read: skipped.\n", t)
+				}
+			}
+		}
+		payload := RenderRemove(s, cur)
+		if payload == "" {
+			fmt.Fprintf(stdout, "  %s: nothing to remove\n", f.Command())
+			continue
+		}
+		if _, err := r.Run(ctx, []byte(payload), f.RestoreCommand(), restoreArgs(s.WaitSeconds)...); err != nil {
+			return fmt.Errorf("removing %s rules: %w", f, err)
+		}
+		after, err := readSaved(ctx, r, f, optional)
+		if err != nil {
+			return err
+		}
+		if err := verifyRemoved(s, after); err != nil {
+			return fmt.Errorf("verifying %s removal: %w", f, err)
+		}
+		fmt.Fprintf(stdout, "  %s: removed %s\n", f.Command(), describeRemoval(s, cur))
+	}
+	fmt.Fprintln(stdout, "BotBox iptables rules removed.")
+	return nil
+}
+
+// lookTools checks that the family's three programs exist.
+func lookTools(r Runner, f Family) error {
+	for _, name := range []string{f.Command(), f.RestoreCommand(), f.SaveCommand()} {
+		if _, err := r.LookPath(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readSaved runs `<family>-save -t nat` and `-t filter` and parses both.
+// With optional, a table whose dump fails is left out instead of failing.
+func readSaved(ctx context.Context, r Runner, f Family, optional bool) (Saved, error) {
+	all := Saved{}
+	for _, table := range []string{TableNAT, TableFilter} {
+		out, err := r.Run(ctx, nil, f.SaveCommand(), "-t", table)
+		if err != nil {
+			if optional && ctx.Err() == nil {
+				continue
+			}
+			return nil, fmt.Errorf("reading %s %s table: %w", f, table, err)
+		}
+		saved, err := ParseSave(string(out))
+		if err != nil {
+			return nil, fmt.Errorf("reading %s %s table: %w", f, table, err)
+		}
+		if t := saved[table]; t != nil {
+			all[table] = t
+		} else {
+			all[table] = &SavedTable{Rules: map[string][]string{}}
+		}
+	}
+	return all, nil
+}
+
+// verifyInstalled checks the read-back state structurally (rule counts and
+// jump positions, not rule text, which differs a little between iptables
+// versions): each chain exists with len(Rules) rules, and OUTPUT has exactly
+// one jump to it, as its first rule.
+func verifyInstalled(chains []Chain, after Saved) error {
+	var errs []error
+	for _, c := range chains {
+		t := after[c.Table]
+		if !after.HasChain(c.Table, c.Name) {
+			errs = append(errs, fmt.Errorf("%s chain %s is missing", c.Table, c.Name))
+			continue
+		}
+		if got := len(t.Rules[c.Name]); got != len(c.Rules) {
+			errs = append(errs, fmt.Errorf("%s chain %s has %d rules, want %d", c.Table, c.Name, got, len(c.Rules)))
+		}
+		jumps := after.Jumps(c.Table, c.Name)
+		output := t.Rules["OUTPUT"]
+		if len(jumps) != 1 || len(output) == 0 || !jumpsTo(output[0], c.Name) {
+			errs = append(errs, fmt.Errorf("%s OUTPUT has %d jumps to %s, want exactly one at position 1", c.Table, len(jumps), c.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func verifyRemoved(s Settings, after Saved) error {
+	var errs []error
+	for _, tc := range []struct{ table, chain string }{{TableNAT, s.NATChain}, {TableFilter, s.FilterChain}} {
+		if after[tc.table] == nil {
+			continue
+		}
+		if after.HasChain(tc.table, tc.chain) {
+			errs = append(errs, fmt.Errorf("%s chain %s still exists", tc.table, tc.chain))
+		}
+		if n := len(after.Jumps(tc.table, tc.chain)); n > 0 {
+			errs = append(errs, fmt.Errorf("%s OUTPUT still has %d jumps to %s", tc.table, n, tc.chain))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func describeRemoval(s Settings, cur Saved) string {
+	var parts []string
+	for _, tc := range []struct{ table, chain string }{{TableNAT, s.NATChain}, {TableFilter, s.FilterChain}} {
+		n := len(cur.Jumps(tc.table, tc.chain))
+		if n == 0 && !cur.HasChain(tc.table, tc.chain) {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s/%s (%d OUTPUT jump(s))", tc.table, tc.chain, n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func boolDigit(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func joinAddrs(addrs []netip.Addr) string {
+	parts := make([]string, len(addrs))
+	for i, a := range addrs {
+		parts[i] = a.String()
+	}
+	return strings.Join(parts, ",")
+}

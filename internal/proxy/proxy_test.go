@@ -1,0 +1,807 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/secrets"
+	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/botbox/botbox/internal/testutil/logcapture"
+	"github.com/botbox/botbox/internal/testutil/testpki"
+	"github.com/botbox/botbox/internal/upstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+const testConfig = `
+secrets_dir: %s
+egress_policy:
+  default_action: %s
+  rules:
+    - host: api.example.test
+      action: allow
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: api-key
+        - name: X-Static
+          value: static-value
+    - host: ports.example.test
+      action: allow
+      allowed_ports: [443, 8443]
+    - host: bare.example.test
+      action: allow
+    - host: nosecret.example.test
+      action: allow
+      header_rewrites:
+        - name: X-Api-Key
+          value: "{value}"
+          secret_ref: absent-key
+    - host: blocked.example.test
+      action: deny
+`
+
+// originRecord is what the test origin saw of one request.
+type originRecord struct {
+	Host   string
+	Proto  string
+	Header http.Header
+	Path   string
+}
+
+type testEnv struct {
+	t         *testing.T
+	ca        *testpki.CA
+	origin    *httptest.Server
+	originMux *http.ServeMux
+	seen      chan originRecord
+	hits      atomic.Int64
+	handler   *Handler
+	plain     *httptest.Server
+	logs      *logcapture.Buffer
+	metrics   *telemetry.Metrics
+	secretDir string
+	store     *secrets.Store
+	dialAddr  atomic.Pointer[string]
+}
+
+type envOpts struct {
+	defaultAction  string
+	responseHeader time.Duration
+	http2Origin    bool
+	plainOrigin    bool
+}
+
+func newEnv(t *testing.T, o envOpts) *testEnv {
+	t.Helper()
+	if o.defaultAction == "" {
+		o.defaultAction = "deny"
+	}
+	e := &testEnv{t: t, ca: testpki.NewCA(t, "botbox-test-ca"), seen: make(chan originRecord, 1024), logs: &logcapture.Buffer{}}
+	e.originMux = http.NewServeMux()
+	e.originMux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"path":%q}`, r.URL.Path)
+	})
+	e.origin = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.hits.Add(1)
+		select {
+		case e.seen <- originRecord{Host: r.Host, Proto: r.Proto, Header: r.Header.Clone(), Path: r.URL.RequestURI()}:
+		default:
+		}
+		e.originMux.ServeHTTP(w, r)
+	}))
+	if o.plainOrigin {
+		e.origin.Start()
+	} else {
+		e.origin.EnableHTTP2 = o.http2Origin
+		e.origin.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "api.example.test", "ports.example.test", "bare.example.test", "nosecret.example.test", "blocked.example.test", "127.0.0.1")}}
+		e.origin.StartTLS()
+	}
+	t.Cleanup(e.origin.Close)
+	addr := e.origin.Listener.Addr().String()
+	e.dialAddr.Store(&addr)
+
+	e.secretDir = t.TempDir()
+	e.writeSecret("api-key", "sk-test-12345\n")
+	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, e.secretDir, o.defaultAction)))
+	if err != nil {
+		t.Fatalf("config.Parse: %v", err)
+	}
+	logger := telemetry.NewLogger(e.logs, nil)
+	e.store, err = secrets.Open(secrets.Options{Dir: e.secretDir, Required: cfg.RequiredSecretRefs(), Debounce: 20 * time.Millisecond, Resync: time.Hour, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.store.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	rht := o.responseHeader
+	if rht == 0 {
+		rht = 5 * time.Second
+	}
+	tr, err := upstream.NewTransport(upstream.Options{
+		RootCAs:               e.ca.Pool(),
+		ResponseHeaderTimeout: rht,
+		ConnectTimeout:        2 * time.Second,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, *e.dialAddr.Load())
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	e.metrics = telemetry.NewMetrics()
+	e.handler, err = New(Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.plain = httptest.NewUnstartedServer(e.handler.Plain())
+	e.plain.Config.DisableGeneralOptionsHandler = true // as package server configures it
+	e.plain.Start()
+	t.Cleanup(e.plain.Close)
+	return e
+}
+
+func (e *testEnv) writeSecret(name, value string) {
+	e.t.Helper()
+	tmp := filepath.Join(e.secretDir, ".tmp-"+name)
+	if err := os.WriteFile(tmp, []byte(value), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(e.secretDir, name)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// raw sends a literal request on a new connection to the plain listener and
+// returns the response with its body read.
+func (e *testEnv) raw(req string) (*http.Response, string) {
+	e.t.Helper()
+	return rawTo(e.t, e.plain.Listener.Addr().String(), req)
+}
+
+func rawTo(t *testing.T, addr, req string) (*http.Response, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading response to %q: %v", req, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+// get sends a transparent-mode request (origin-form, Host header) with extra headers.
+func (e *testEnv) get(host, path string, hdr http.Header) (*http.Response, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, e.plain.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Host = host
+	for k, vs := range hdr {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	resp, err := e.plain.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func (e *testEnv) lastSeen() originRecord {
+	e.t.Helper()
+	select {
+	case r := <-e.seen:
+		return r
+	case <-time.After(5 * time.Second):
+		e.t.Fatal("origin saw no request")
+		return originRecord{}
+	}
+}
+
+func (e *testEnv) assertOriginUntouched() {
+	e.t.Helper()
+	if n := e.hits.Load(); n != 0 {
+		e.t.Fatalf("origin received %d requests, want 0", n)
+	}
+}
+
+func TestDeniedHostReturns403(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	resp, body := e.raw("GET http://evil.com/exfil HTTP/1.1\r\nHost: evil.com\r\n\r\n")
+	if resp.StatusCode != http.StatusForbidden || body != bodyDenied {
+		t.Fatalf("got %d %q, want 403 %q", resp.StatusCode, body, bodyDenied)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/plain" {
+		t.Errorf("content-type = %q, want text/plain", ct)
+	}
+	e.assertOriginUntouched()
+	if got := testutil.ToFloat64(e.metrics.Requests.WithLabelValues("_denied", "deny")); got != 1 {
+		t.Errorf("requests_total{_denied,deny} = %v, want 1", got)
+	}
+}
+
+func TestConnectMethodReturns405(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	resp, body := e.raw("CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	if resp.StatusCode != http.StatusMethodNotAllowed || body != bodyConnect {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	e.assertOriginUntouched()
+	if got := testutil.ToFloat64(e.metrics.Requests.WithLabelValues("unknown", "denied_connect")); got != 1 {
+		t.Errorf("requests_total{unknown,denied_connect} = %v, want 1", got)
+	}
+}
+
+func TestMissingHostReturns400(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	// HTTP/1.0 may omit Host: BotBox answers with the reference body.
+	resp, body := e.raw("GET / HTTP/1.0\r\n\r\n")
+	if resp.StatusCode != http.StatusBadRequest || body != bodyMissingHost {
+		t.Fatalf("HTTP/1.0: got %d %q", resp.StatusCode, body)
+	}
+	// HTTP/1.1 without Host is refused by Go's strict parser before the handler.
+	resp, _ = e.raw("GET / HTTP/1.1\r\n\r\n")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("HTTP/1.1: got %d, want 400", resp.StatusCode)
+	}
+	e.assertOriginUntouched()
+}
+
+func TestAllowedHostForwardsWithHeaderInjection(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	hdr := http.Header{}
+	hdr.Add("Authorization", "Bearer agent-own-1")
+	hdr.Add("authorization", "Bearer agent-own-2")
+	hdr.Set("X-Static", "agent-value")
+	hdr.Set("X-Other", "kept")
+	resp, body := e.get("api.example.test", "/v1/models?limit=2", hdr)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	got := e.lastSeen()
+	if v := got.Header.Values("Authorization"); len(v) != 1 || v[0] != "Bearer sk-test-12345" {
+		t.Errorf("origin Authorization = %q, want exactly [Bearer sk-test-12345]", v)
+	}
+	if v := got.Header.Values("X-Static"); len(v) != 1 || v[0] != "static-value" {
+		t.Errorf("origin X-Static = %q", v)
+	}
+	if got.Header.Get("X-Other") != "kept" {
+		t.Errorf("X-Other lost")
+	}
+	for _, h := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Via"} {
+		if got.Header.Get(h) != "" {
+			t.Errorf("origin saw %s = %q; BotBox adds no forwarding headers", h, got.Header.Get(h))
+		}
+	}
+	if got.Host != "api.example.test" || got.Path != "/v1/models?limit=2" {
+		t.Errorf("origin saw Host %q path %q", got.Host, got.Path)
+	}
+	if got := testutil.ToFloat64(e.metrics.HeaderRewrites.WithLabelValues("api.example.test")); got != 1 {
+		t.Errorf("header_rewrites_total = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.Requests.WithLabelValues("api.example.test", "allow")); got != 1 {
+		t.Errorf("requests_total{api.example.test,allow} = %v, want 1", got)
+	}
+}
+
+func TestAbsoluteFormExplicitProxy(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, target := range []string{"http://api.example.test/a", "https://api.example.test/a", "http://API.Example.Test./a"} {
+		resp, body := e.raw("GET " + target + " HTTP/1.1\r\nHost: something-else.test\r\n\r\n")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d %q", target, resp.StatusCode, body)
+		}
+		if got := e.lastSeen(); got.Host != "api.example.test" || got.Header.Get("Authorization") != "Bearer sk-test-12345" {
+			t.Errorf("%s: origin saw host %q auth %q", target, got.Host, got.Header.Get("Authorization"))
+		}
+	}
+}
+
+func TestMissingSecretReturns500AndForwardsNothing(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	resp, body := e.get("nosecret.example.test", "/", nil)
+	if resp.StatusCode != http.StatusInternalServerError || body != bodySecretMissing {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	e.assertOriginUntouched()
+	recs := e.logs.Find("proxy decision")
+	if len(recs) != 1 || recs[0]["secret_ref"] != "absent-key" || recs[0]["reason"] != "secret_missing" {
+		t.Errorf("decision log = %v", recs)
+	}
+}
+
+func TestUpstreamTLSOnly(t *testing.T) {
+	// A plain-HTTP origin cannot be reached: BotBox always speaks TLS upstream.
+	e := newEnv(t, envOpts{plainOrigin: true})
+	resp, body := e.get("bare.example.test", "/", nil)
+	if resp.StatusCode != http.StatusBadGateway || body != bodyUpstreamFailed {
+		t.Fatalf("got %d %q, want 502", resp.StatusCode, body)
+	}
+	if got := testutil.ToFloat64(e.metrics.UpstreamErrors.WithLabelValues("bare.example.test", "connection_error")); got != 1 {
+		t.Errorf("upstream_errors{connection_error} = %v", got)
+	}
+}
+
+func TestUpstreamUnreachableReturns502(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	e.dialAddr.Store(&dead)
+	resp, body := e.get("bare.example.test", "/", nil)
+	if resp.StatusCode != http.StatusBadGateway || body != bodyUpstreamFailed {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}
+
+func TestTimeoutReturns504(t *testing.T) {
+	e := newEnv(t, envOpts{responseHeader: 100 * time.Millisecond})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	e.originMux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	resp, body := e.get("bare.example.test", "/slow", nil)
+	if resp.StatusCode != http.StatusGatewayTimeout || body != bodyGatewayTimeout {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	if got := testutil.ToFloat64(e.metrics.UpstreamErrors.WithLabelValues("bare.example.test", "timeout")); got != 1 {
+		t.Errorf("upstream_errors{timeout} = %v", got)
+	}
+}
+
+func TestUpstreamErrorStatusCounted(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.originMux.HandleFunc("/unauth", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusUnauthorized) })
+	resp, _ := e.get("bare.example.test", "/unauth", nil)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := testutil.ToFloat64(e.metrics.UpstreamErrors.WithLabelValues("bare.example.test", "401")); got != 1 {
+		t.Errorf("upstream_errors{401} = %v", got)
+	}
+}
+
+func TestPortRules(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	tests := []struct {
+		host string
+		want int
+	}{
+		{"api.example.test", 200},
+		{"api.example.test:443", 200},
+		{"api.example.test:8443", 403},
+		{"api.example.test:80", 403},
+		{"ports.example.test:8443", 200},
+		{"ports.example.test", 200},
+		{"ports.example.test:9999", 403},
+	}
+	for _, tt := range tests {
+		resp, body := e.get(tt.host, "/", nil)
+		if resp.StatusCode != tt.want {
+			t.Errorf("Host %q: %d %q, want %d", tt.host, resp.StatusCode, body, tt.want)
+		}
+	}
+	// The port is kept in the upstream authority when it is not 443.
+	e.get("ports.example.test:8443", "/", nil)
+	for {
+		r := e.lastSeen()
+		if strings.HasPrefix(r.Host, "ports.example.test:8443") {
+			break
+		}
+	}
+}
+
+// TestHostTricksNeverReachDeniedHost is the §10.3 #3 regression: under
+// default allow, variants of a denied host must not be forwarded.
+func TestHostTricksNeverReachDeniedHost(t *testing.T) {
+	e := newEnv(t, envOpts{defaultAction: "allow"})
+	tricks := []struct {
+		host string
+		want int
+	}{
+		{"blocked.example.test", 403},
+		{"blocked.example.test.", 403},
+		{"BLOCKED.example.TEST", 403},
+		{"blocked.example.test:443", 403},
+		{"x@blocked.example.test", 400},
+		{"blocked.example.test..", 400},
+		{"blocked.example.test:443:443", 400},
+		{"blocked.example.test#x", 400},
+		{"blocked.example.test%2e", 400},
+		{"bl\u043eocked.example.test", 400}, // not valid in a Host header
+		{"127.1", 400},
+		{"0x7f.0.0.1", 400},
+		{"[::1", 400},
+	}
+	for _, tt := range tricks {
+		resp, body := e.raw("GET / HTTP/1.1\r\nHost: " + tt.host + "\r\n\r\n")
+		if resp.StatusCode != tt.want {
+			t.Errorf("Host %q: %d %q, want %d", tt.host, resp.StatusCode, body, tt.want)
+		}
+	}
+	e.assertOriginUntouched()
+}
+
+func TestDuplicateHostHeaderReturns400(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	resp, _ := e.raw("GET / HTTP/1.1\r\nHost: api.example.test\r\nHost: evil.test\r\n\r\n")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("got %d, want 400", resp.StatusCode)
+	}
+	e.assertOriginUntouched()
+}
+
+func TestAsteriskFormReturns400(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	resp, body := e.raw("OPTIONS * HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("got %d %q, want 400 (the reference answered 500)", resp.StatusCode, body)
+	}
+	e.assertOriginUntouched()
+}
+
+func TestHopByHopStripping(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.originMux.HandleFunc("/hop", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "X-Resp-Hop")
+		w.Header().Set("X-Resp-Hop", "secret-ish")
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("X-Resp-Kept", "yes")
+	})
+	resp, body := e.raw("GET /hop HTTP/1.1\r\nHost: api.example.test\r\n" +
+		"Connection: keep-alive, X-Custom-Hop, Authorization, X-Static\r\n" +
+		"X-Custom-Hop: drop-me\r\nKeep-Alive: 300\r\nProxy-Authorization: Basic Zm9v\r\n" +
+		"Proxy-Connection: keep-alive\r\nTE: gzip\r\nX-Kept: yes\r\n\r\n")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	got := e.lastSeen()
+	for _, h := range []string{"X-Custom-Hop", "Keep-Alive", "Proxy-Authorization", "Proxy-Connection", "Te", "Connection"} {
+		if v := got.Header.Values(h); len(v) != 0 {
+			t.Errorf("origin saw hop-by-hop %s = %q", h, v)
+		}
+	}
+	// Naming the injected headers in Connection must not remove them.
+	if got.Header.Get("Authorization") != "Bearer sk-test-12345" || got.Header.Get("X-Static") != "static-value" {
+		t.Errorf("injected headers removed via Connection: %v", got.Header)
+	}
+	if got.Header.Get("X-Kept") != "yes" {
+		t.Error("end-to-end header dropped")
+	}
+	if resp.Header.Get("X-Resp-Hop") != "" || resp.Header.Get("Keep-Alive") != "" {
+		t.Errorf("response hop-by-hop headers passed back: %v", resp.Header)
+	}
+	if resp.Header.Get("X-Resp-Kept") != "yes" {
+		t.Error("response end-to-end header dropped")
+	}
+}
+
+func TestHTTP2Upstream(t *testing.T) {
+	e := newEnv(t, envOpts{http2Origin: true})
+	resp, body := e.get("api.example.test", "/h2", nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	got := e.lastSeen()
+	if got.Proto != "HTTP/2.0" {
+		t.Errorf("origin proto = %s, want HTTP/2.0", got.Proto)
+	}
+	if got.Header.Get("Authorization") != "Bearer sk-test-12345" {
+		t.Errorf("no injection over h2: %v", got.Header)
+	}
+}
+
+func TestSSEStreamsUnbuffered(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	next := make(chan struct{})
+	e.originMux.HandleFunc("/events", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		for i := range 3 {
+			fmt.Fprintf(w, "data: event-%d\n\n", i)
+			_ = rc.Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+	req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/events", nil)
+	req.Host = "api.example.test"
+	resp, err := e.plain.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for i := range 3 {
+		// The origin does not send event i+1 until the client has read event i:
+		// a buffering proxy would deadlock here.
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+		if want := fmt.Sprintf("data: event-%d\n", i); line != want {
+			t.Fatalf("got %q, want %q", line, want)
+		}
+		_, _ = br.ReadString('\n')
+		next <- struct{}{}
+	}
+}
+
+func TestWebSocketPassThrough(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.originMux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" || r.Header.Get("Authorization") != "Bearer sk-test-12345" {
+			http.Error(w, "bad upgrade", http.StatusBadRequest)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+		line, err := brw.ReadString('\n')
+		if err != nil {
+			return
+		}
+		fmt.Fprint(brw, "echo: "+line)
+		_ = brw.Flush()
+	})
+	c, err := net.Dial("tcp", e.plain.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nAuthorization: Bearer agent\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d %q", resp.StatusCode, b)
+	}
+	fmt.Fprint(c, "hello\n")
+	line, err := br.ReadString('\n')
+	if err != nil || line != "echo: hello\n" {
+		t.Fatalf("got %q, %v", line, err)
+	}
+}
+
+// TestLargeBodyStreamsWithFlatMemory streams 256 MiB through the proxy and
+// samples the heap: a buffering proxy would need at least the body size.
+func TestLargeBodyStreamsWithFlatMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("256 MiB stream skipped in -short mode")
+	}
+	const size = 256 << 20
+	e := newEnv(t, envOpts{})
+	chunk := make([]byte, 64<<10)
+	e.originMux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		for sent := 0; sent < size; sent += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+		}
+	}()
+	req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/big", nil)
+	req.Host = "api.example.test"
+	resp, err := e.plain.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	close(stop)
+	wg.Wait()
+	if err != nil || n != size {
+		t.Fatalf("read %d bytes, %v; want %d", n, err, size)
+	}
+	if p := peak.Load(); p > 64<<20 {
+		t.Errorf("peak heap in use %d MiB while streaming 256 MiB; want < 64 MiB", p>>20)
+	}
+}
+
+func TestRotationUnderConcurrentRequests(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	var wg sync.WaitGroup
+	var failures, sawNew atomic.Int64
+	stop := make(chan struct{})
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Transport: &http.Transport{}}
+			defer client.CloseIdleConnections()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/", nil)
+				req.Host = "api.example.test"
+				resp, err := client.Do(req)
+				if err != nil {
+					failures.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failures.Add(1)
+				}
+			}
+		}()
+	}
+	drain := func() {
+		for {
+			select {
+			case r := <-e.seen:
+				switch r.Header.Get("Authorization") {
+				case "Bearer sk-test-12345":
+				case "Bearer sk-rotated-67890":
+					sawNew.Add(1)
+				default:
+					failures.Add(1)
+				}
+			default:
+				return
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	e.writeSecret("api-key", "sk-rotated-67890\n")
+	for sawNew.Load() == 0 && time.Now().Before(deadline) {
+		drain()
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	drain()
+	if failures.Load() != 0 {
+		t.Errorf("%d requests failed or carried a wrong credential during rotation", failures.Load())
+	}
+	if sawNew.Load() == 0 {
+		t.Error("rotated secret never used")
+	}
+}
+
+// TestCanarySecretNeverLeaks runs allowed, failing and denied requests with a
+// canary secret and searches everything an agent or operator can see.
+func TestCanarySecretNeverLeaks(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	const canary = "CANARY-7f3b9c2d-do-not-leak"
+	e.writeSecret("api-key", canary+"\n")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if v, ok := e.store.Snapshot().Lookup("api-key"); ok && string(v.Reveal()) == canary {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("canary secret not loaded")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	e.originMux.HandleFunc("/echo-error", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "upstream says no", 500) })
+	var seenByAgent strings.Builder
+	for _, host := range []string{"api.example.test", "nosecret.example.test", "blocked.example.test", "evil.test"} {
+		for _, path := range []string{"/", "/echo-error"} {
+			resp, body := e.get(host, path, http.Header{"Authorization": {"Bearer agent"}})
+			fmt.Fprintf(&seenByAgent, "%d %v %s\n", resp.StatusCode, resp.Header, body)
+		}
+	}
+	dead := "127.0.0.1:1"
+	e.dialAddr.Store(&dead)
+	resp, body := e.get("api.example.test", "/", nil)
+	fmt.Fprintf(&seenByAgent, "%d %v %s\n", resp.StatusCode, resp.Header, body)
+
+	var metrics strings.Builder
+	mfs, err := e.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		fmt.Fprintln(&metrics, mf.String())
+	}
+	for name, text := range map[string]string{"logs": e.logs.String(), "agent responses": seenByAgent.String(), "metrics": metrics.String()} {
+		if strings.Contains(text, canary) || strings.Contains(text, "7f3b9c2d") {
+			t.Errorf("canary secret found in %s", name)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "proxy decision") {
+		t.Error("no decision lines captured; the search above proves nothing")
+	}
+}
+
+func TestDecisionLogLine(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.get("api.example.test", "/v1/chat?api_key=query-secret", nil)
+	e.get("evil.test", "/x", nil)
+	recs := e.logs.Find("proxy decision")
+	if len(recs) != 2 {
+		t.Fatalf("got %d decision lines, want 2: %s", len(recs), e.logs.String())
+	}
+	allow, deny := recs[0], recs[1]
+	for _, k := range []string{"request_id", "listener", "host", "port", "method", "path", "decision", "rule", "reason", "status", "upstream_status", "duration_ms", "bytes_in", "bytes_out", "header_rewritten", "secret_ref"} {
+		if _, ok := allow[k]; !ok {
+			t.Errorf("allow line lacks %q: %v", k, allow)
+		}
+	}
+	if allow["decision"] != "allow" || allow["host"] != "api.example.test" || allow["path"] != "/v1/chat" || allow["status"] != float64(200) || allow["rule"] != "api.example.test" {
+		t.Errorf("allow line = %v", allow)
+	}
+	if deny["decision"] != "deny" || deny["status"] != float64(403) || deny["level"] != "WARN" {
+		t.Errorf("deny line = %v", deny)
+	}
+	if strings.Contains(e.logs.String(), "query-secret") {
+		t.Error("query string logged")
+	}
+}

@@ -1,0 +1,32 @@
+package telemetry
+
+// Log attribute keys. The first group are the reference's per-request field
+// names (drop-in contract, golden-tested); the second group are the keys of
+// the canonical decision line; the last group are the reference's lifecycle
+// and connection fields.
+const (
+	KeyRequestID       = "request_id"
+	KeyHost            = "host"
+	KeyMethod          = "method"
+	KeyPath            = "path"
+	KeyDecision        = "decision"
+	KeyHeaderRewritten = "header_rewritten" // a rewritten header's configured name, never its value
+	KeySecretRef       = "secret_ref"       // a secret's key name, never its value
+	KeyUpstreamStatus  = "upstream_status"
+	KeyError           = "error"
+
+	KeyListener        = "listener" // "http" or "https"
+	KeyPort            = "port"
+	KeyRule            = "rule"
+	KeyReason          = "reason"
+	KeyStatus          = "status"
+	KeyDurationMS      = "duration_ms"
+	KeyBytesIn         = "bytes_in"
+	KeyBytesOut        = "bytes_out"
+	KeySecretsInjected = "secrets_injected" // names, never values
+	KeyUpstreamAddr    = "upstream_addr"
+
+	KeyPeer       = "peer"        // client address; only on connection errors and limit drops
+	KeyAddr       = "addr"        // a listener's address
+	KeyConfigPath = "config_path" // the config file being loaded
+)

@@ -1,0 +1,293 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// checkGolden compares got with testdata/name, or rewrites the file with -update.
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run go test -update to create it): %v", err)
+	}
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", path, d)
+	}
+}
+
+var timestampRE = regexp.MustCompile(`"timestamp":"([^"]*)"`)
+
+// normaliseTimestamps checks that every record's timestamp is RFC 3339 in
+// UTC, then replaces it by a fixed string so that output can be golden-tested.
+func normaliseTimestamps(t *testing.T, out []byte) []byte {
+	t.Helper()
+	for _, m := range timestampRE.FindAllSubmatch(out, -1) {
+		ts := string(m[1])
+		if _, err := time.Parse(time.RFC3339Nano, ts); err != nil {
+			t.Errorf("timestamp %q is not RFC 3339: %v", ts, err)
+		}
+		if !strings.HasSuffix(ts, "Z") {
+			t.Errorf("timestamp %q is not in UTC", ts)
+		}
+	}
+	return timestampRE.ReplaceAll(out, []byte(`"timestamp":"<TIMESTAMP>"`))
+}
+
+// canonicalDecisionAttrs is one canonical decision line's attributes.
+func canonicalDecisionAttrs() []slog.Attr {
+	return []slog.Attr{
+		slog.String(KeyRequestID, "0b6b1a0e-5d3c-4c1e-9c53-0d6f2b9e8a11"),
+		slog.String(KeyListener, "http"),
+		slog.String(KeyHost, "api.example.com"),
+		slog.Int(KeyPort, 443),
+		slog.String(KeyMethod, "POST"),
+		slog.String(KeyPath, "/v1/chat/completions"),
+		slog.String(KeyDecision, DecisionAllow),
+		slog.Int(KeyRule, 2),
+		slog.String(KeyReason, "rule_allow"),
+		slog.Int(KeyStatus, 200),
+		slog.String(KeyUpstreamAddr, "203.0.113.7:443"),
+		slog.Int64(KeyDurationMS, 42),
+		slog.Int64(KeyBytesIn, 512),
+		slog.Int64(KeyBytesOut, 2048),
+	}
+}
+
+func TestLoggerGolden(t *testing.T) {
+	var buf bytes.Buffer
+	root := NewLogger(&buf, slog.LevelDebug)
+	ctx := context.Background()
+
+	root.Info("loading configuration", KeyConfigPath, "/etc/botbox/config.yaml")
+	proxy := WithTarget(root, TargetProxy)
+	proxy.Info("request allowed",
+		KeyRequestID, "0b6b1a0e-5d3c-4c1e-9c53-0d6f2b9e8a11",
+		KeyHost, "api.example.com", KeyMethod, "GET", KeyPath, "/v1/models",
+		KeyDecision, DecisionAllow)
+	proxy.Info("header rewritten", KeyRequestID, "r1", KeyHost, "api.example.com",
+		KeyHeaderRewritten, "Authorization")
+	proxy.Warn("request denied", KeyRequestID, "r2", KeyHost, "evil.example",
+		KeyMethod, "GET", KeyPath, "/", KeyDecision, DecisionDeny)
+	proxy.Error("secret not found", KeyRequestID, "r3", KeySecretRef, "openai_api_key")
+	proxy.Error("upstream request failed", KeyRequestID, "r4",
+		KeyError, errors.New("dial tcp 203.0.113.7:443: connection refused"))
+	proxy.Info("upstream response", KeyRequestID, "r5", KeyUpstreamStatus, 401)
+	proxy.LogAttrs(ctx, slog.LevelInfo, "proxy decision", canonicalDecisionAttrs()...)
+	proxy.Debug("debug event", slog.Group("g", slog.String("msg", "nested keys are kept")))
+	WithTarget(root, TargetInterception).Warn("HTTPS interception TLS handshake timed out",
+		KeyPeer, "127.0.0.1:51234")
+	root.Log(ctx, slog.LevelInfo+2, "non-standard level")
+
+	checkGolden(t, "log.golden", normaliseTimestamps(t, buf.Bytes()))
+}
+
+// TestLoggerKeys decodes one line and checks the key set and order.
+func TestLoggerKeys(t *testing.T) {
+	var buf bytes.Buffer
+	WithTarget(NewLogger(&buf, nil), TargetSecrets).Info("secrets reloaded", "count", 3)
+
+	dec := json.NewDecoder(&buf)
+	var keys []string
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		t.Fatalf("first token = %v, %v, want {", tok, err)
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k.(string))
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{"timestamp", "level", "message", "target", "count"}
+	if d := cmp.Diff(want, keys); d != "" {
+		t.Errorf("keys (-want +got):\n%s", d)
+	}
+}
+
+func TestLoggerLevelFilter(t *testing.T) {
+	tests := []struct {
+		name  string
+		level slog.Leveler
+		want  []string // messages written
+	}{
+		{"nil means info", nil, []string{"info", "warn", "error"}},
+		{"debug", slog.LevelDebug, []string{"debug", "info", "warn", "error"}},
+		{"warn", slog.LevelWarn, []string{"warn", "error"}},
+		{"error", slog.LevelError, []string{"error"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			l := NewLogger(&buf, tt.level)
+			l.Debug("debug")
+			l.Info("info")
+			l.Warn("warn")
+			l.Error("error")
+			var got []string
+			for line := range strings.Lines(buf.String()) {
+				var rec struct{ Message string }
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					t.Fatalf("line %q: %v", line, err)
+				}
+				got = append(got, rec.Message)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("messages (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// fakeSecret mimics secrets.Value: it only ever logs as REDACTED.
+type fakeSecret struct{ b string }
+
+func (fakeSecret) LogValue() slog.Value { return slog.StringValue("REDACTED") }
+
+func TestLoggerRedactsLogValuer(t *testing.T) {
+	const canary = "CANARY-sk-live-0123456789"
+	s := fakeSecret{b: canary}
+	var buf bytes.Buffer
+	l := NewLogger(&buf, slog.LevelDebug)
+	l.Info("attr", "value", s)
+	l.With("value", s).Info("with")
+	l.Info("group", slog.Group("g", slog.Any("value", s)))
+	l.LogAttrs(context.Background(), slog.LevelInfo, "attrs", slog.Any("value", s))
+
+	out := buf.String()
+	if strings.Contains(out, canary) {
+		t.Fatalf("log output contains the secret:\n%s", out)
+	}
+	if n := strings.Count(out, `"value":"REDACTED"`); n != 4 {
+		t.Errorf("log output has %d REDACTED values, want 4:\n%s", n, out)
+	}
+}
+
+// TestLoggerAllocs keeps the handler's own cost at zero: a record with no
+// more attributes than slog.Record stores inline must not allocate.
+func TestLoggerAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	l := WithTarget(NewLogger(io.Discard, nil), TargetProxy)
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(100, func() {
+		l.LogAttrs(ctx, slog.LevelWarn, "request denied",
+			slog.String(KeyRequestID, "r1"),
+			slog.String(KeyHost, "evil.example"),
+			slog.String(KeyMethod, "GET"),
+			slog.String(KeyPath, "/"),
+			slog.String(KeyDecision, DecisionDeny))
+	})
+	if allocs != 0 {
+		t.Errorf("LogAttrs with 5 attrs: %v allocations, want 0", allocs)
+	}
+}
+
+var parseLevelTests = []struct {
+	in      string
+	want    slog.Level
+	wantErr bool
+}{
+	{"debug", slog.LevelDebug, false},
+	{"info", slog.LevelInfo, false},
+	{"warn", slog.LevelWarn, false},
+	{"error", slog.LevelError, false},
+	{"INFO", slog.LevelInfo, false},
+	{"Warn", slog.LevelWarn, false},
+	{"", 0, true},
+	{"warning", 0, true},
+	{"trace", 0, true},
+	{" info", 0, true},
+	{"info\n", 0, true},
+	{"4", 0, true},
+	{"INFO+2", 0, true},
+}
+
+func TestParseLevel(t *testing.T) {
+	for _, tt := range parseLevelTests {
+		got, err := ParseLevel(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseLevel(%q) error = %v, want error %t", tt.in, err, tt.wantErr)
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("ParseLevel(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func FuzzParseLevel(f *testing.F) {
+	for _, tt := range parseLevelTests {
+		f.Add(tt.in)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := ParseLevel(s)
+		if err != nil {
+			if len(err.Error()) > 200 {
+				t.Errorf("ParseLevel(%q) error is %d bytes long", s, len(err.Error()))
+			}
+			return
+		}
+		// Every accepted name round-trips through the handler's level name.
+		if back, err := ParseLevel(levelName(l)); err != nil || back != l {
+			t.Errorf("ParseLevel(levelName(%v)) = %v, %v", l, back, err)
+		}
+	})
+}
+
+// BenchmarkDecisionLogLine logs the canonical decision line (14 attributes).
+func BenchmarkDecisionLogLine(b *testing.B) {
+	l := WithTarget(NewLogger(io.Discard, nil), TargetProxy)
+	ctx := context.Background()
+	attrs := canonicalDecisionAttrs()
+	b.ReportAllocs()
+	for b.Loop() {
+		l.LogAttrs(ctx, slog.LevelInfo, "proxy decision",
+			attrs[0], attrs[1], attrs[2], attrs[3], attrs[4], attrs[5], attrs[6],
+			attrs[7], attrs[8], attrs[9], attrs[10], attrs[11], attrs[12], attrs[13])
+	}
+}
+
+// BenchmarkDecisionLogLineBaseline is BenchmarkDecisionLogLine on a plain
+// slog JSON handler (no ReplaceAttr), the cost floor to compare against.
+func BenchmarkDecisionLogLineBaseline(b *testing.B) {
+	l := slog.New(slog.NewJSONHandler(io.Discard, nil)).With(slog.String(KeyTarget, TargetProxy))
+	ctx := context.Background()
+	attrs := canonicalDecisionAttrs()
+	b.ReportAllocs()
+	for b.Loop() {
+		l.LogAttrs(ctx, slog.LevelInfo, "proxy decision",
+			attrs[0], attrs[1], attrs[2], attrs[3], attrs[4], attrs[5], attrs[6],
+			attrs[7], attrs[8], attrs[9], attrs[10], attrs[11], attrs[12], attrs[13])
+	}
+}

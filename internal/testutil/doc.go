@@ -1,0 +1,4 @@
+// Package testutil groups helpers imported only by tests: testpki makes CAs
+// and leaves inside a test, logcapture collects JSON log lines. Nothing in
+// the botbox binary may import it (a dependency test enforces this).
+package testutil
