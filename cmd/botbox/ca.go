@@ -23,6 +23,7 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 	keyOut := fs.String("key-out", "", "path of the private key (instead of --out DIR/ca.key)")
 	days := fs.Int("days", 7, "validity in days (1-3650)")
 	cn := fs.String("cn", "botbox-pod-ca", "subject common name")
+	ifMissing := fs.Bool("if-missing", false, "exit 0 without writing when both files already exist (init containers re-run when a Pod sandbox is rebuilt)")
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
 	}
@@ -39,6 +40,16 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 	}
 	if *keyOut == "" {
 		*keyOut = filepath.Join(*out, "ca.key")
+	}
+	certExists, keyExists := fileExists(*certOut), fileExists(*keyOut)
+	if *ifMissing && certExists && keyExists {
+		fmt.Fprintf(stdout, "%s and %s already exist; nothing to do\n", *certOut, *keyOut)
+		return exitOK
+	}
+	if certExists != keyExists {
+		// Half a CA cannot be completed without losing the key/cert pairing.
+		fmt.Fprintf(stderr, "Error: only one of %s and %s exists; remove it to make a new CA\n", *certOut, *keyOut)
+		return exitError
 	}
 	certPEM, keyPEM, err := mitm.NewCA(*cn, time.Duration(*days)*24*time.Hour, time.Now())
 	if err != nil {
@@ -74,4 +85,9 @@ func writeExclusive(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("setting mode of %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

@@ -22,7 +22,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return exitUsage
 	}
 	level := new(slog.LevelVar)
-	logger := telemetry.WithTarget(telemetry.NewLogger(stdout, level), "botbox")
+	base := telemetry.NewLogger(stdout, level)
+	logger := telemetry.WithTarget(base, telemetry.TargetMain)
 	slog.SetDefault(logger)
 	logger.Info("loading configuration", slog.String("config_path", *path))
 	cfg, err := config.Load(*path)
@@ -38,7 +39,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	for _, w := range cfg.Warnings {
 		logger.Warn(w.Message, slog.String("field", w.Path))
 	}
-	srv, err := server.New(cfg, server.Options{Logger: logger})
+	srv, err := server.New(cfg, server.Options{Logger: base})
 	if err != nil {
 		logger.Error("startup failed", slog.String(telemetry.KeyError, err.Error()))
 		fmt.Fprintf(stderr, "Error: %v\n", err)

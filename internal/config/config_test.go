@@ -784,7 +784,7 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Load(missing) error = %v, want reading config ... not exist", err)
 	}
 	_, err = Load(bad)
-	if err == nil || !strings.Contains(err.Error(), "loading config") {
+	if err == nil || !strings.HasPrefix(err.Error(), "line ") {
 		t.Fatalf("Load(bad) error = %v", err)
 	}
 	if got := len(Problems(err)); got != 2 {

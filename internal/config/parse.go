@@ -14,17 +14,16 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Load reads the file at path and parses it with Parse.
+// Load reads the file at path and parses it with Parse. A read error is
+// wrapped as "reading config %q: ..."; the problems of Parse are returned
+// as Parse returns them (joined, one per line), so that callers can list
+// them (see Problems) under their own heading naming the file.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading config %q: %w", path, err)
 	}
-	c, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("loading config %q:\n%w", path, err)
-	}
-	return c, nil
+	return Parse(data)
 }
 
 // Parse decodes data strictly, fills in defaults and validates. On failure
@@ -235,12 +234,6 @@ func (idx *posIndex) line(path string) int {
 		path = path[:i]
 	}
 	return 0
-}
-
-// has reports whether path is present in the file (even with a null value).
-func (idx *posIndex) has(path string) bool {
-	_, ok := idx.lines[path]
-	return ok
 }
 
 // typeProblem converts one message of a *yaml.TypeError into a FieldError

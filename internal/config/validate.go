@@ -516,4 +516,3 @@ func ApplyEnv(c *Config, getenv func(string) string) error {
 	}
 	return nil
 }
-

@@ -261,7 +261,7 @@ func TestPrivilegedDropICMPKeepsNeighbourDiscovery(t *testing.T) {
 			// neighbour discovery working the answer is an immediate RST.
 			start := time.Now()
 			cmd := exec.Command("ip", "netns", "exec", pod, "setpriv", "--reuid", "1337", "--regid", "1337", "--clear-groups",
-				"timeout", "10", "bash", "-c", "exec 3<>/dev/tcp/fd00:b0b::1/9")
+				"timeout", "4", "bash", "-c", "exec 3<>/dev/tcp/fd00:b0b::1/9")
 			out, _ := cmd.CombinedOutput()
 			refused := strings.Contains(string(out), "Connection refused")
 			if refused != tt.wantRefused {

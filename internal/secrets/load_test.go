@@ -125,6 +125,15 @@ func TestLoadSecretsSkipsOversizedFile(t *testing.T) {
 	writeFile(t, dir, "exactly-max", strings.Repeat("a", maxFileSize))
 	writeFile(t, dir, "max-with-newline", strings.Repeat("b", maxFileSize-1)+"\n")
 	writeFile(t, dir, "oversized", strings.Repeat("x", maxFileSize+1))
+	// A sparse 64 GiB file: refused from its size, never read.
+	huge, err := os.Create(filepath.Join(dir, "huge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := huge.Truncate(64 << 30); err != nil {
+		t.Skipf("cannot make a sparse file: %v", err)
+	}
+	huge.Close()
 
 	s, logs := mustOpen(t, Options{Dir: dir})
 	if d := cmp.Diff([]string{"exactly-max", "max-with-newline", "normal"}, s.Snapshot().Keys()); d != "" {
@@ -136,8 +145,10 @@ func TestLoadSecretsSkipsOversizedFile(t *testing.T) {
 	if v, _ := s.Snapshot().Lookup("max-with-newline"); v.Len() != maxFileSize-1 {
 		t.Errorf("max-with-newline: Len() = %d, want %d", v.Len(), maxFileSize-1)
 	}
-	if got := logs.findKey(t, "skipping oversized secret file", "oversized"); len(got) != 1 || got[0]["level"] != "WARN" {
-		t.Errorf("oversized warnings = %v, want one WARN", got)
+	for _, k := range []string{"oversized", "huge"} {
+		if got := logs.findKey(t, "skipping oversized secret file", k); len(got) != 1 || got[0]["level"] != "WARN" {
+			t.Errorf("oversized warnings for %q = %v, want one WARN", k, got)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,8 +55,8 @@ type Options struct {
 	OnReady func(ready bool)
 }
 
-// Store is a live, read-mostly view of a secret directory. Its methods are
-// safe for concurrent use; readers never wait for a reload.
+// Store is a live, read-mostly view of a secret directory, made by [Open].
+// Its methods are safe for concurrent use; readers never wait for a reload.
 type Store struct {
 	dir      string // absolute
 	required []string
@@ -100,8 +101,8 @@ func Open(opts Options) (*Store, error) {
 	s := &Store{
 		dir:      dir,
 		required: required,
-		debounce: cmpOr(opts.Debounce, defaultDebounce),
-		resync:   cmpOr(opts.Resync, defaultResync),
+		debounce: cmp.Or(opts.Debounce, defaultDebounce),
+		resync:   cmp.Or(opts.Resync, defaultResync),
 		log:      opts.Logger,
 		onReady:  opts.OnReady,
 	}
@@ -134,14 +135,6 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.onReady(s.ready)
 	return s, nil
-}
-
-// cmpOr returns d, or def when d is zero.
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Snapshot returns the current secrets. It never returns nil. Take one per

@@ -95,14 +95,15 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if opts.Listen == nil {
 		opts.Listen = net.Listen
 	}
-	s := &Server{cfg: cfg, opts: opts, logger: opts.Logger, metrics: opts.Metrics, bound: make(chan struct{})}
+	// opts.Logger carries no target; each component adds its own.
+	s := &Server{cfg: cfg, opts: opts, logger: telemetry.WithTarget(opts.Logger, telemetry.TargetMain), metrics: opts.Metrics, bound: make(chan struct{})}
 
 	store, err := secrets.Open(secrets.Options{
 		Dir:      cfg.SecretsDir,
 		Required: cfg.RequiredSecretRefs(),
 		Debounce: cfg.SecretsReloadDebounce,
 		Resync:   cfg.SecretsResyncInterval,
-		Logger:   telemetry.WithTarget(opts.Logger, "botbox::secrets"),
+		Logger:   telemetry.WithTarget(opts.Logger, telemetry.TargetSecrets),
 		OnReady:  func(ready bool) { s.secretsReady.Store(ready) },
 	})
 	if err != nil {
@@ -127,7 +128,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Secrets:   store,
 		Transport: tr,
 		Metrics:   s.metrics,
-		Logger:    telemetry.WithTarget(opts.Logger, "botbox::proxy"),
+		Logger:    telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
 	})
 	if err != nil {
 		return nil, err
@@ -135,7 +136,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 
 	if ic := cfg.Interception; ic.Enabled {
 		s.logger.Info("HTTPS interception mode enabled, loading CA material")
-		ca, err := mitm.LoadCA(ic.CACertPath, ic.CAKeyPath, s.logger)
+		ca, err := mitm.LoadCA(ic.CACertPath, ic.CAKeyPath, telemetry.WithTarget(opts.Logger, telemetry.TargetInterception))
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +149,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			DenyDisallowedSNI: ic.DenyHandshakeOnDisallowedSNI,
 			Allowed:           func(host string) bool { return pol().Decide(policy.Target{Host: hostport.HostPort{Host: host}}).Allowed() },
 			Observer:          mitmObserver{s.metrics},
-			Logger:            telemetry.WithTarget(s.logger, "botbox::https_interception"),
+			Logger:            telemetry.WithTarget(opts.Logger, telemetry.TargetInterception),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("configuring HTTPS interception: %w", err)
@@ -266,9 +267,6 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.serving.Store(true)
 	s.boundOnce.Do(func() { close(s.bound) })
-	if s.secretsReady.Load() {
-		s.logger.Info("all required secrets loaded, system ready")
-	}
 
 	var runErr error
 	select {

@@ -1,0 +1,429 @@
+// Command e2e-client is the "app" of the end-to-end suite: the tests run it
+// inside the pod namespace under setpriv as an ordinary UID (1000), as the
+// exempt UID 1337, or as root, and it prints one JSON object describing what
+// it observed, so a test can tell "no connection" from "403".
+//
+// Modes:
+//
+//	http  -url URL [-method M] [-H 'Name: value']... [-host H] [-sni S] [-cacert F] [-proxy URL] [-data D]
+//	tcp   -addr HOST:PORT            connect and hang up
+//	udp   -addr HOST:PORT -payload P send one datagram
+//	raw   -addr HOST:PORT -data D [-tls -sni S -cacert F]   write D, read one HTTP response
+//	wait  -addr HOST:PORT...         poll until every address accepts a connection
+//	loop  -url URL -header-of NAME -stop-value V [-after N] [-duration D]   request loop
+//
+// Every mode writes wire.Result (loop: wire.LoopResult) to stdout and exits 0;
+// exit status 2 means a usage error. It never honours proxy environment
+// variables: the proxy, if any, is the -proxy flag.
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/botbox/botbox/test/e2e/internal/wire"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+// opts are the flags shared by every mode.
+type opts struct {
+	url, method, host, sni, cacert, proxy, data string
+	addrs, headers                              listFlag
+	payload, headerOf, stopValue                string
+	useTLS                                      bool
+	connectTimeout, timeout, duration, interval time.Duration
+	after                                       int
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: e2e-client http|tcp|udp|raw|wait|loop [flags]")
+		return 2
+	}
+	mode := args[0]
+	var o opts
+	fs := flag.NewFlagSet("e2e-client "+mode, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.url, "url", "", "request URL")
+	fs.StringVar(&o.method, "method", http.MethodGet, "request method")
+	fs.Var(&o.headers, "H", "request header 'Name: value' (repeatable)")
+	fs.StringVar(&o.host, "host", "", "Host header override")
+	fs.StringVar(&o.sni, "sni", "", "TLS server name override")
+	fs.StringVar(&o.cacert, "cacert", "", "PEM roots to trust (default: system roots)")
+	fs.StringVar(&o.proxy, "proxy", "", "explicit HTTP proxy URL")
+	fs.StringVar(&o.data, "data", "", "request body (raw: the bytes to send)")
+	fs.Var(&o.addrs, "addr", "HOST:PORT (repeatable for wait)")
+	fs.StringVar(&o.payload, "payload", "e2e", "UDP payload")
+	fs.BoolVar(&o.useTLS, "tls", false, "raw: speak TLS")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 1500*time.Millisecond, "TCP connect timeout")
+	fs.DurationVar(&o.timeout, "timeout", 8*time.Second, "overall timeout")
+	fs.StringVar(&o.headerOf, "header-of", "", "loop: the echoed request header to track")
+	fs.StringVar(&o.stopValue, "stop-value", "", "loop: stop after this value was seen -after times")
+	fs.IntVar(&o.after, "after", 5, "loop: how many times the stop value must be seen")
+	fs.DurationVar(&o.duration, "duration", 20*time.Second, "loop: deadline")
+	fs.DurationVar(&o.interval, "interval", 20*time.Millisecond, "loop: pause between requests")
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	var out any
+	switch mode {
+	case "http":
+		out = doHTTP(o)
+	case "tcp":
+		out = doTCP(o)
+	case "udp":
+		out = doUDP(o)
+	case "raw":
+		out = doRaw(o)
+	case "wait":
+		out = doWait(o)
+	case "loop":
+		out = doLoop(o)
+	default:
+		fmt.Fprintf(stderr, "unknown mode %q\n", mode)
+		return 2
+	}
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// classify maps an error to a wire error kind.
+func classify(err error) string {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostErr   x509.HostnameError
+		verifyErr *tls.CertificateVerificationError
+		alert     tls.AlertError
+		recordErr tls.RecordHeaderError
+		netErr    net.Error
+	)
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return wire.ErrRefused
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		return wire.ErrEPERM
+	case errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &verifyErr),
+		errors.As(err, &alert), errors.As(err, &recordErr), strings.Contains(err.Error(), "tls:"):
+		return wire.ErrTLS
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return wire.ErrTimeout
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return wire.ErrReset
+	default:
+		return wire.ErrOther
+	}
+}
+
+func fail(r *wire.Result, err error) {
+	r.Error = err.Error()
+	r.ErrorKind = classify(err)
+}
+
+// tlsConfig builds the client TLS config from -cacert and -sni.
+func tlsConfig(o opts) (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: o.sni, NextProtos: []string{"http/1.1"}}
+	if o.cacert != "" {
+		pem, err := os.ReadFile(o.cacert)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("no certificate in %s", o.cacert)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// newClient returns an HTTP/1.1 client that records whether it connected.
+func newClient(o opts, connected *atomic.Bool, local *atomic.Value, keepAlive bool) (*http.Client, error) {
+	tc, err := tlsConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	d := &net.Dialer{Timeout: o.connectTimeout}
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				connected.Store(true)
+				local.Store(c.LocalAddr().String())
+			}
+			return c, err
+		},
+		TLSClientConfig:   tc,
+		DisableKeepAlives: !keepAlive,
+		ForceAttemptHTTP2: false,
+	}
+	if o.proxy != "" {
+		pu, err := url.Parse(o.proxy)
+		if err != nil {
+			return nil, err
+		}
+		tr.Proxy = http.ProxyURL(pu)
+	}
+	return &http.Client{
+		Transport:     tr,
+		Timeout:       o.timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, nil
+}
+
+// newRequest builds the request of -url, -method, -H, -host and -data.
+func newRequest(o opts) (*http.Request, error) {
+	var body io.Reader
+	if o.data != "" {
+		body = strings.NewReader(o.data)
+	}
+	req, err := http.NewRequest(o.method, o.url, body)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range o.headers {
+		name, value, ok := strings.Cut(h, ":")
+		if !ok {
+			return nil, fmt.Errorf("bad header %q", h)
+		}
+		req.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+	}
+	if o.host != "" {
+		req.Host = o.host
+	}
+	return req, nil
+}
+
+// fillResponse copies an HTTP response into r.
+func fillResponse(r *wire.Result, resp *http.Response) {
+	r.Status = resp.StatusCode
+	r.Header = resp.Header
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<10))
+	r.Body = string(b)
+	if err != nil {
+		fail(r, err)
+	}
+	var echo wire.Echo
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && json.Unmarshal(b, &echo) == nil {
+		r.Echo = &echo
+	}
+}
+
+func doHTTP(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	var connected atomic.Bool
+	var local atomic.Value
+	client, err := newClient(o, &connected, &local, false)
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	req, err := newRequest(o)
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	resp, err := client.Do(req)
+	r.Connected = connected.Load()
+	if l, ok := local.Load().(string); ok {
+		r.Local = l
+	}
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	defer resp.Body.Close()
+	fillResponse(&r, resp)
+	return r
+}
+
+func doTCP(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	if len(o.addrs) != 1 {
+		fail(&r, errors.New("tcp needs exactly one -addr"))
+		return r
+	}
+	c, err := net.DialTimeout("tcp", o.addrs[0], o.connectTimeout)
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	r.Connected = true
+	r.Local = c.LocalAddr().String()
+	_ = c.Close()
+	return r
+}
+
+func doUDP(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	if len(o.addrs) != 1 {
+		fail(&r, errors.New("udp needs exactly one -addr"))
+		return r
+	}
+	c, err := net.Dial("udp", o.addrs[0])
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	defer c.Close()
+	r.Local = c.LocalAddr().String()
+	if _, err := c.Write([]byte(o.payload)); err != nil {
+		fail(&r, err)
+		return r
+	}
+	r.Connected = true
+	return r
+}
+
+func doRaw(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	if len(o.addrs) != 1 {
+		fail(&r, errors.New("raw needs exactly one -addr"))
+		return r
+	}
+	c, err := net.DialTimeout("tcp", o.addrs[0], o.connectTimeout)
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	defer c.Close()
+	r.Connected = true
+	r.Local = c.LocalAddr().String()
+	_ = c.SetDeadline(time.Now().Add(o.timeout))
+	if o.useTLS {
+		tc, err := tlsConfig(o)
+		if err != nil {
+			fail(&r, err)
+			return r
+		}
+		tlsConn := tls.Client(c, tc)
+		if err := tlsConn.Handshake(); err != nil {
+			fail(&r, err)
+			return r
+		}
+		c = tlsConn
+	}
+	if _, err := io.WriteString(c, o.data); err != nil {
+		fail(&r, err)
+		return r
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	defer resp.Body.Close()
+	fillResponse(&r, resp)
+	return r
+}
+
+func doWait(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	deadline := time.Now().Add(o.timeout)
+	pending := append([]string(nil), o.addrs...)
+	for {
+		var still []string
+		var lastErr error
+		for _, a := range pending {
+			c, err := net.DialTimeout("tcp", a, 200*time.Millisecond)
+			if err != nil {
+				still = append(still, a)
+				lastErr = err
+				continue
+			}
+			_ = c.Close()
+		}
+		pending = still
+		if len(pending) == 0 {
+			r.Connected = true
+			return r
+		}
+		if time.Now().After(deadline) {
+			fail(&r, fmt.Errorf("not listening: %v: %w", pending, lastErr))
+			return r
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func doLoop(o opts) wire.LoopResult {
+	res := wire.LoopResult{UID: os.Getuid(), Failures: []string{}, Runs: []wire.Run{}}
+	var connected atomic.Bool
+	var local atomic.Value
+	client, err := newClient(o, &connected, &local, true)
+	if err != nil {
+		res.Failures = append(res.Failures, err.Error())
+		return res
+	}
+	deadline := time.Now().Add(o.duration)
+	seen := 0
+	for time.Now().Before(deadline) {
+		req, err := newRequest(o)
+		if err != nil {
+			res.Failures = append(res.Failures, err.Error())
+			return res
+		}
+		res.Requests++
+		var r wire.Result
+		resp, err := client.Do(req)
+		now := time.Now()
+		if err != nil {
+			res.Failures = append(res.Failures, fmt.Sprintf("request %d: %v", res.Requests, err))
+		} else {
+			fillResponse(&r, resp)
+			_ = resp.Body.Close()
+			switch {
+			case r.Status != http.StatusOK:
+				res.Failures = append(res.Failures, fmt.Sprintf("request %d: status %d: %s", res.Requests, r.Status, r.Body))
+			case r.Echo == nil:
+				res.Failures = append(res.Failures, fmt.Sprintf("request %d: not an echo: %s", res.Requests, r.Body))
+			default:
+				v := strings.Join(http.Header(r.Echo.Headers).Values(o.headerOf), "\x00")
+				if n := len(res.Runs); n > 0 && res.Runs[n-1].Value == v {
+					res.Runs[n-1].Count++
+					res.Runs[n-1].Last = now
+				} else {
+					res.Runs = append(res.Runs, wire.Run{Value: v, Count: 1, First: now, Last: now})
+				}
+				if v == o.stopValue {
+					seen++
+				}
+			}
+		}
+		if o.stopValue != "" && seen >= o.after {
+			res.Stopped = true
+			return res
+		}
+		time.Sleep(o.interval)
+	}
+	return res
+}

@@ -1,0 +1,314 @@
+// Command e2e-origin is the "internet" of the end-to-end suite: it runs in the
+// suite's "net" network namespace and plays every origin the tests talk to.
+//
+// On each address given with -addr it serves:
+//   - HTTPS on -tls-ports (certificate from -cert/-key), plain HTTP on
+//     -http-ports: every request is answered with a JSON echo of its method,
+//     path, Host and headers (wire.Echo);
+//   - a bare TCP service on -tcp-ports (a banner, then close);
+//   - UDP on -udp-ports, echoing each datagram back.
+//
+// Everything that arrives is recorded as a wire.Event the moment it arrives
+// (TCP connections at accept, before any TLS), so a test can assert that
+// nothing reached the origin. The record is served only on the unix socket
+// -control (GET /events?since=N), which lives in the test's file system and
+// cannot be reached from the pod namespace over the network.
+//
+// It deliberately has no configuration file and no state besides the record.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/botbox/botbox/test/e2e/internal/wire"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+// ports parses "443,8443".
+func ports(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := strconv.Atoi(f)
+		if err != nil || p < 1 || p > 65535 {
+			return nil, fmt.Errorf("bad port %q", f)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("e2e-origin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var addrs listFlag
+	fs.Var(&addrs, "addr", "IP address to listen on (repeatable)")
+	tlsPorts := fs.String("tls-ports", "443,8443", "HTTPS ports")
+	httpPorts := fs.String("http-ports", "80", "plain HTTP ports")
+	tcpPorts := fs.String("tcp-ports", "22", "bare TCP ports")
+	udpPorts := fs.String("udp-ports", "443,9999,53", "UDP echo ports")
+	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
+	keyFile := fs.String("key", "", "PEM private key for HTTPS")
+	control := fs.String("control", "", "unix socket for the event record")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	logger := log.New(stderr, "e2e-origin: ", log.LstdFlags|log.Lmicroseconds)
+	if len(addrs) == 0 || *control == "" || *certFile == "" || *keyFile == "" {
+		logger.Print("-addr, -cert, -key and -control are required")
+		return 2
+	}
+	o := &origin{logger: logger}
+	if err := o.start(addrs, *tlsPorts, *httpPorts, *tcpPorts, *udpPorts, *certFile, *keyFile, *control); err != nil {
+		logger.Print(err)
+		o.close()
+		return 1
+	}
+	logger.Printf("ready on %v", []string(addrs))
+	<-ctx.Done()
+	o.close()
+	return 0
+}
+
+// origin holds the listeners and the record.
+type origin struct {
+	logger  *log.Logger
+	mu      sync.Mutex
+	events  []wire.Event
+	closers []io.Closer
+}
+
+func (o *origin) start(addrs []string, tlsPorts, httpPorts, tcpPorts, udpPorts, certFile, keyFile, control string) error {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return fmt.Errorf("loading certificate: %w", err)
+	}
+	tp, err := ports(tlsPorts)
+	if err != nil {
+		return err
+	}
+	hp, err := ports(httpPorts)
+	if err != nil {
+		return err
+	}
+	cp, err := ports(tcpPorts)
+	if err != nil {
+		return err
+	}
+	up, err := ports(udpPorts)
+	if err != nil {
+		return err
+	}
+	tlsCfg := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return fmt.Errorf("bad -addr %q: %w", a, err)
+		}
+		for _, p := range tp {
+			ln, err := o.listen(ip, p)
+			if err != nil {
+				return err
+			}
+			o.serveHTTP(tls.NewListener(ln, tlsCfg))
+		}
+		for _, p := range hp {
+			ln, err := o.listen(ip, p)
+			if err != nil {
+				return err
+			}
+			o.serveHTTP(ln)
+		}
+		for _, p := range cp {
+			ln, err := o.listen(ip, p)
+			if err != nil {
+				return err
+			}
+			go o.serveBanner(ln)
+		}
+		for _, p := range up {
+			pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(p))))
+			if err != nil {
+				return fmt.Errorf("listening on udp %s: %w", netip.AddrPortFrom(ip, uint16(p)), err)
+			}
+			o.closers = append(o.closers, pc)
+			go o.serveUDP(pc)
+		}
+	}
+	_ = os.Remove(control)
+	cl, err := net.Listen("unix", control)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", control, err)
+	}
+	if err := os.Chmod(control, 0o600); err != nil {
+		_ = cl.Close()
+		return fmt.Errorf("chmod %s: %w", control, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(o.serveEvents), ReadHeaderTimeout: 5 * time.Second}
+	o.closers = append(o.closers, srv)
+	go func() { _ = srv.Serve(cl) }()
+	return nil
+}
+
+// listen binds a TCP listener that records every accepted connection.
+func (o *origin) listen(ip netip.Addr, port int) (net.Listener, error) {
+	ap := netip.AddrPortFrom(ip, uint16(port))
+	ln, err := net.Listen("tcp", ap.String())
+	if err != nil {
+		return nil, fmt.Errorf("listening on tcp %s: %w", ap, err)
+	}
+	o.closers = append(o.closers, ln)
+	return &recordingListener{Listener: ln, o: o}, nil
+}
+
+// close stops every listener.
+func (o *origin) close() {
+	for _, c := range o.closers {
+		_ = c.Close()
+	}
+}
+
+// record appends ev to the record, numbering and timestamping it.
+func (o *origin) record(ev wire.Event) wire.Event {
+	ev.Time = time.Now()
+	if ap, err := netip.ParseAddrPort(ev.Local); err == nil {
+		ev.Port = int(ap.Port())
+		ev.IPv6 = ap.Addr().Is6() && !ap.Addr().Is4In6()
+	}
+	o.mu.Lock()
+	ev.Seq = int64(len(o.events) + 1)
+	o.events = append(o.events, ev)
+	o.mu.Unlock()
+	return ev
+}
+
+// recordingListener records a KindTCP event per accepted connection.
+type recordingListener struct {
+	net.Listener
+	o *origin
+}
+
+func (l *recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.o.record(wire.Event{Kind: wire.KindTCP, Local: c.LocalAddr().String(), Remote: c.RemoteAddr().String()})
+	}
+	return c, err
+}
+
+// serveHTTP serves the echo handler on ln.
+func (o *origin) serveHTTP(ln net.Listener) {
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(o.echo),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0), // barrier probes hang up before the TLS handshake
+	}
+	o.closers = append(o.closers, srv)
+	go func() { _ = srv.Serve(ln) }()
+}
+
+// echo answers every request with a JSON description of it.
+func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	ev := wire.Event{
+		Kind:   wire.KindHTTP,
+		Remote: r.RemoteAddr,
+		Method: r.Method,
+		Path:   r.URL.Path,
+		Host:   r.Host,
+		Proto:  r.Proto,
+		Header: r.Header.Clone(),
+		Body:   string(body),
+		TLS:    r.TLS != nil,
+	}
+	if la, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		ev.Local = la.String()
+	}
+	if r.TLS != nil {
+		ev.SNI = r.TLS.ServerName
+	}
+	ev = o.record(ev)
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(wire.Echo{Seq: ev.Seq, Method: r.Method, Path: r.URL.Path, Host: r.Host, TLS: r.TLS != nil, Headers: r.Header})
+}
+
+// serveBanner accepts connections, greets and closes them.
+func (o *origin) serveBanner(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = io.WriteString(c, "SSH-2.0-e2e-origin\r\n")
+		_ = c.Close()
+	}
+}
+
+// serveUDP records and echoes datagrams.
+func (o *origin) serveUDP(pc *net.UDPConn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := pc.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		o.record(wire.Event{Kind: wire.KindUDP, Local: pc.LocalAddr().String(), Remote: from.String(), Payload: string(buf[:n])})
+		_, _ = pc.WriteToUDPAddrPort(buf[:n], from)
+	}
+}
+
+// serveEvents is the control endpoint: GET /events?since=N returns the
+// events with Seq > N.
+func (o *origin) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/events" {
+		http.NotFound(w, r)
+		return
+	}
+	since, _ := strconv.ParseInt(r.URL.Query().Get("since"), 10, 64)
+	o.mu.Lock()
+	var out []wire.Event
+	if since >= 0 && since < int64(len(o.events)) {
+		out = append(out, o.events[since:]...)
+	}
+	o.mu.Unlock()
+	if out == nil {
+		out = []wire.Event{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
