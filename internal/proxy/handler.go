@@ -140,6 +140,7 @@ type exchange struct {
 	host         string // canonical host, "" when unknown
 	port         uint16
 	hostLabel    string // closed-set metrics label
+	hm           *telemetry.HostMetrics
 	decision     string
 	reason       string
 	rule         string
@@ -287,7 +288,8 @@ func (h *Handler) forward(w *countingWriter, r *http.Request, x *exchange, hp ho
 	} else {
 		x.hostLabel = telemetry.HostDefaultAllow
 	}
-	h.metrics.Requests.WithLabelValues(x.hostLabel, telemetry.DecisionAllow).Inc()
+	x.hm = h.metrics.ForHost(x.hostLabel)
+	x.hm.Requests.Inc()
 	// Upstream is always TLS; 443 is implied and omitted like the reference (§3.3 step 7).
 	x.authority = hp.Authority(443)
 	if x.rewrites != nil {
@@ -345,17 +347,15 @@ func (h *Handler) observeDuration(x *exchange) {
 		return
 	}
 	x.timerDone = true
-	h.metrics.RequestDuration.WithLabelValues(x.hostLabel).Observe(h.now().Sub(x.start).Seconds())
+	x.hm.Duration.Observe(h.now().Sub(x.start).Seconds())
 }
 
 func (h *Handler) upstreamResponse(resp *http.Response) error {
 	x := exchangeFrom(resp.Request.Context())
 	x.upstreamCode = resp.StatusCode
-	if resp.StatusCode >= 400 {
-		h.metrics.UpstreamErrors.WithLabelValues(x.hostLabel, telemetry.StatusCodeLabel(resp.StatusCode)).Inc()
-	}
+	x.hm.UpstreamStatus(resp.StatusCode)
 	if len(x.rewritten) > 0 {
-		h.metrics.HeaderRewrites.WithLabelValues(x.hostLabel).Inc()
+		x.hm.HeaderRewrites.Inc()
 	}
 	h.observeDuration(x)
 	return nil
@@ -368,7 +368,7 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	x.reason = f.reason
 	x.errText = errorText(err)
 	if f.upstreamLabel != "" {
-		h.metrics.UpstreamErrors.WithLabelValues(x.hostLabel, f.upstreamLabel).Inc()
+		x.hm.UpstreamError(f.upstreamLabel)
 	}
 	if f.status == 0 {
 		return

@@ -66,27 +66,32 @@ func loadDir(dir string, prev *Snapshot, log *slog.Logger) (map[string]Value, er
 			values[name] = NewValue(b)
 			continue
 		}
-		isLink := e.Type()&fs.ModeSymlink != 0
-		var errno syscall.Errno
-		switch {
-		case errors.Is(err, errNotRegular):
+		if errors.Is(err, errNotRegular) {
 			// Directories, FIFOs, sockets and devices are not secrets.
 			log.Debug("skipping non-regular file in secrets directory", "key", name)
 			continue
-		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR):
-			// A regular file that vanished since the listing was deleted;
-			// a symlink that does not resolve is dangling (in Kubernetes,
-			// briefly, a key being removed). Either way the key is gone.
-			if isLink {
-				log.Warn("skipping unresolvable path in secrets directory", "key", name, "error", err)
+		}
+		if rerr, ok := errors.AsType[*resolveError](err); ok {
+			isLink := e.Type()&fs.ModeSymlink != 0
+			var errno syscall.Errno
+			switch {
+			case errors.Is(rerr, fs.ErrNotExist) || errors.Is(rerr, syscall.ELOOP) || errors.Is(rerr, syscall.ENOTDIR):
+				// A regular file that vanished since the listing was
+				// deleted; a symlink that does not resolve is dangling
+				// (in Kubernetes, briefly, a key being removed). Either
+				// way the key is gone.
+				if isLink {
+					log.Warn("skipping unresolvable path in secrets directory", "key", name, "error", rerr.err)
+				}
+				continue
+			case isLink && !errors.As(rerr, &errno):
+				// os.Root refuses the link with its own, non-errno
+				// error: it leads outside the directory (or is
+				// absolute). Never fall back to an old value: the
+				// target is not ours to read.
+				log.Warn("skipping symlink that escapes secrets directory", "key", name, "error", rerr.err)
+				continue
 			}
-			continue
-		case isLink && !errors.As(err, &errno):
-			// os.Root refuses the link with a non-errno error: it leads
-			// outside the directory (or is absolute). Never fall back to
-			// an old value: the entry is not ours to read.
-			log.Warn("skipping symlink that escapes secrets directory", "key", name, "error", err)
-			continue
 		}
 		// The file is there but cannot be used right now: keep the last
 		// value that could. The error names the file, never its contents.
@@ -106,12 +111,19 @@ func loadDir(dir string, prev *Snapshot, log *slog.Logger) (map[string]Value, er
 	return values, nil
 }
 
+// resolveError is a failure to resolve a directory entry to a file (as
+// opposed to reading or parsing the file).
+type resolveError struct{ err error }
+
+func (e *resolveError) Error() string { return e.err.Error() }
+func (e *resolveError) Unwrap() error { return e.err }
+
 // readSecret reads and parses the regular file name inside root, following
 // symlinks only while they stay inside root.
 func readSecret(root *os.Root, name string) ([]byte, error) {
 	fi, err := root.Stat(name)
 	if err != nil {
-		return nil, err
+		return nil, &resolveError{err}
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, errNotRegular

@@ -305,6 +305,30 @@ func TestReloadKeepsLastKnownGood(t *testing.T) {
 	}
 }
 
+// TestReloadK8sBadFileKeepsLastKnownGood: in a Kubernetes volume every key
+// is a symlink; a bad payload behind one is still "present but unusable".
+func TestReloadK8sBadFileKeepsLastKnownGood(t *testing.T) {
+	dir := t.TempDir()
+	writeK8sVolume(t, dir, "v1", map[string]string{"a": "a1", "b": "b1", "c": "c1"})
+	s, logs := mustOpen(t, Options{Dir: dir})
+	writeK8sVolume(t, dir, "v2", map[string]string{"a": "\xff", "b": strings.Repeat("x", maxFileSize+1), "c": "c2"})
+	s.reload("test")
+	if d := cmp.Diff(map[string]string{"a": "a1", "b": "b1", "c": "c2"}, contents(s)); d != "" {
+		t.Errorf("after a bad rotation (-want +got):\n%s", d)
+	}
+	if got := logs.find(t, "skipping symlink that escapes secrets directory"); len(got) != 0 {
+		t.Errorf("bad payloads reported as escapes: %v", got)
+	}
+	for msg, key := range map[string]string{
+		"skipping secret file that is not valid UTF-8": "a",
+		"skipping oversized secret file":               "b",
+	} {
+		if got := logs.findKey(t, msg, key); len(got) != 1 || got[0]["kept_previous_value"] != true {
+			t.Errorf("%q for %q = %v, want one with kept_previous_value=true", msg, key, got)
+		}
+	}
+}
+
 func TestReloadEscapingSymlinkDropsOldValue(t *testing.T) {
 	base := t.TempDir()
 	dir := filepath.Join(base, "secrets")
