@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -38,7 +39,7 @@ const (
 	defaultCertCacheTTLSeconds    = 3600
 	defaultHandshakeTimeoutMS     = 5000
 
-	maxConnectionsLimit = 1<<32 - 1 // the reference's u32
+	maxConnectionsLimit = min(1<<32-1, math.MaxInt) // the reference's u32 (capped on 32-bit platforms)
 	certCacheSizeLimit  = 1 << 20
 )
 

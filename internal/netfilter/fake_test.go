@@ -9,7 +9,7 @@ import (
 )
 
 // fakeKernel is a Runner that models what Install and Remove rely on:
-// iptables-save -t T, iptables-restore --noflush (atomic per table; chain
+// iptables-save, iptables-restore --noflush (atomic per table; chain
 // declarations create or flush; -A, -I OUTPUT 1, -D by exact spec, -F, -X),
 // the ip6tables nat probe and -L listings. Rule specs are compared as text,
 // which is enough because Install deletes specs copied from the dump.
@@ -76,8 +76,8 @@ func (k *fakeKernel) Run(ctx context.Context, stdin []byte, name string, args ..
 		fam = IPv6
 	}
 	switch {
-	case strings.HasSuffix(name, "-save") && len(args) == 2 && args[0] == "-t":
-		return []byte(k.dump(fam, args[1])), nil
+	case strings.HasSuffix(name, "-save") && len(args) == 0:
+		return []byte(k.dump(fam, TableFilter) + k.dump(fam, TableNAT)), nil
 	case strings.HasSuffix(name, "-restore"):
 		if !slices.Equal(args[len(args)-1:], []string{"--noflush"}) {
 			return nil, fmt.Errorf("fake: restore without --noflush: %v", args)

@@ -21,7 +21,7 @@ import (
 //     message when missing) and that `ip6tables -w N -t nat -L -n` works
 //     (the NAT table message otherwise);
 //   - prints "Installing BotBox iptables rules..." and the parameter lines;
-//   - per family: reads iptables-save for nat and filter, renders with the
+//   - per family: reads iptables-save (one snapshot), renders with the
 //     existing jumps (Render), restores, reads back and verifies that each
 //     chain has its rules and exactly one jump, at position 1;
 //   - lists the chains (`-L CHAIN -v -n`) like the reference script.
@@ -97,8 +97,9 @@ func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer
 
 // Remove deletes BotBox's OUTPUT jumps and chains (the chain names of s) in
 // the nat and filter tables, for IPv4 and, whatever s.IPv6 says, for IPv6
-// when ip6tables is available: an IPv6 family or table that cannot be read
-// is skipped with a note on stderr, IPv4 failures are errors. Each family is
+// when ip6tables is available: when the ip6tables programs are missing or
+// ip6tables-save fails, IPv6 is skipped with a note on stderr; IPv4
+// failures are errors. Each family is
 // removed atomically, then read back to verify. Nothing to remove is not an
 // error.
 func Remove(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer) error {
@@ -120,12 +121,9 @@ func Remove(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer)
 		if err != nil {
 			return err
 		}
-		if optional {
-			for _, t := range []string{TableNAT, TableFilter} {
-				if cur[t] == nil {
-					fmt.Fprintf(stderr, "[WARN] ip6tables %s table could not be read: skipped.\n", t)
-				}
-			}
+		if cur == nil {
+			fmt.Fprintf(stderr, "[WARN] ip6tables-save failed: IPv6 skipped.\n")
+			continue
 		}
 		payload := RenderRemove(s, cur)
 		if payload == "" {
@@ -135,7 +133,7 @@ func Remove(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer)
 		if _, err := r.Run(ctx, []byte(payload), f.RestoreCommand(), restoreArgs(s.WaitSeconds)...); err != nil {
 			return fmt.Errorf("removing %s rules: %w", f, err)
 		}
-		after, err := readSaved(ctx, r, f, optional)
+		after, err := readSaved(ctx, r, f, false)
 		if err != nil {
 			return err
 		}
@@ -158,22 +156,24 @@ func lookTools(r Runner, f Family) error {
 	return nil
 }
 
-// readSaved runs `<family>-save -t nat` and `-t filter` and parses both.
-// With optional, a table whose dump fails is left out instead of failing.
+// readSaved runs `iptables-save` (or ip6tables-save) once, a consistent
+// snapshot of every table, and keeps nat and filter. A table the dump does
+// not show does not exist yet (iptables-nft creates tables on first use) and
+// is returned empty. With optional, a failed dump is returned as nil, nil.
 func readSaved(ctx context.Context, r Runner, f Family, optional bool) (Saved, error) {
+	out, err := r.Run(ctx, nil, f.SaveCommand())
+	if err != nil {
+		if optional && ctx.Err() == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading %s tables: %w", f, err)
+	}
+	saved, err := ParseSave(string(out))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s tables: %w", f, err)
+	}
 	all := Saved{}
 	for _, table := range []string{TableNAT, TableFilter} {
-		out, err := r.Run(ctx, nil, f.SaveCommand(), "-t", table)
-		if err != nil {
-			if optional && ctx.Err() == nil {
-				continue
-			}
-			return nil, fmt.Errorf("reading %s %s table: %w", f, table, err)
-		}
-		saved, err := ParseSave(string(out))
-		if err != nil {
-			return nil, fmt.Errorf("reading %s %s table: %w", f, table, err)
-		}
 		if t := saved[table]; t != nil {
 			all[table] = t
 		} else {

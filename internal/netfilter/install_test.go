@@ -86,11 +86,9 @@ Chain EGRESS_FILTER (1 references)
 		t.Errorf("stderr = %q, want empty", stderr.String())
 	}
 	wantCalls := []string{
-		"iptables-save -t nat",
-		"iptables-save -t filter",
+		"iptables-save",
 		"iptables-restore -w 5 --noflush <<" + Render(Plan(s), IPv4, nil),
-		"iptables-save -t nat",
-		"iptables-save -t filter",
+		"iptables-save",
 		"iptables -w 5 -t nat -L EGRESS_REDIRECT -v -n",
 		"iptables -w 5 -t filter -L EGRESS_FILTER -v -n",
 	}
@@ -199,8 +197,8 @@ func TestInstallFailures(t *testing.T) {
 		{
 			name:    "save fails",
 			env:     map[string]string{EnvIPv6: "0"},
-			setup:   func(k *fakeKernel) { k.fail["iptables-save -t filter"] = errors.New("boom") },
-			wantErr: "reading IPv4 filter table: running iptables-save -t filter: exit status 1: boom",
+			setup:   func(k *fakeKernel) { k.fail["iptables-save"] = errors.New("boom") },
+			wantErr: "reading IPv4 tables: running iptables-save: exit status 1: boom",
 		},
 		{
 			name:  "restore silently does nothing",
@@ -312,28 +310,28 @@ func TestRemove(t *testing.T) {
 		}
 	})
 
-	t.Run("ip6tables nat unreadable is skipped", func(t *testing.T) {
+	t.Run("ip6tables-save failing is skipped", func(t *testing.T) {
 		k := newFakeKernel()
-		k.fail["ip6tables-save -t nat"] = errors.New("table does not exist")
-		k.seed(IPv6, TableFilter, "OUTPUT", "-j EGRESS_FILTER")
-		k.seed(IPv6, TableFilter, "EGRESS_FILTER", "-p udp -j DROP")
+		k.fail["ip6tables-save"] = errors.New("no kernel support")
+		k.seed(IPv4, TableFilter, "OUTPUT", "-j EGRESS_FILTER")
+		k.seed(IPv4, TableFilter, "EGRESS_FILTER", "-p udp -j DROP")
 		var stderr strings.Builder
 		if err := Remove(context.Background(), DefaultSettings(), k, &strings.Builder{}, &stderr); err != nil {
 			t.Fatalf("Remove: %v", err)
 		}
-		if k.hasChain(IPv6, TableFilter, "EGRESS_FILTER") {
-			t.Errorf("IPv6 filter chain not removed")
+		if k.hasChain(IPv4, TableFilter, "EGRESS_FILTER") {
+			t.Errorf("IPv4 filter chain not removed")
 		}
-		if want := "[WARN] ip6tables nat table could not be read: skipped.\n"; stderr.String() != want {
+		if want := "[WARN] ip6tables-save failed: IPv6 skipped.\n"; stderr.String() != want {
 			t.Errorf("stderr = %q, want %q", stderr.String(), want)
 		}
 	})
 
 	t.Run("ipv4 failure is an error", func(t *testing.T) {
 		k := newFakeKernel()
-		k.fail["iptables-save -t nat"] = errors.New("boom")
+		k.fail["iptables-save"] = errors.New("boom")
 		err := Remove(context.Background(), DefaultSettings(), k, &strings.Builder{}, &strings.Builder{})
-		if want := "reading IPv4 nat table: running iptables-save -t nat: exit status 1: boom"; err == nil || err.Error() != want {
+		if want := "reading IPv4 tables: running iptables-save: exit status 1: boom"; err == nil || err.Error() != want {
 			t.Errorf("Remove error = %v, want %q", err, want)
 		}
 	})

@@ -156,9 +156,10 @@ func (s *Store) reload(trigger string) {
 	values, err := loadDir(s.dir, s.snap.Load(), s.log)
 	switch {
 	case errors.Is(err, errDirMissing):
-		// Fail safe for availability: a directory that vanishes (unmount,
-		// an operator's rm -r before re-creating it) must not drop every
-		// credential at once. Keep serving the last-known-good snapshot.
+		// Fail safe for availability: a directory that vanishes as a unit
+		// (unmounted, renamed away, about to be replaced) must not drop
+		// every credential at once. Keep serving the last-known-good
+		// snapshot until the directory is back.
 		if !s.dirMissing {
 			s.dirMissing = true
 			s.log.Warn("secrets directory disappeared, keeping last known values", "dir", s.dir)

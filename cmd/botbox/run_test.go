@@ -1,0 +1,249 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botbox/botbox/internal/mitm"
+)
+
+func runArgs(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	getenv := func(k string) string { return env[k] }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code = run(ctx, args, getenv, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const exampleConfig = `
+secrets_dir: /nonexistent
+egress_policy:
+  default_action: deny
+  rules:
+    - host: api.openai.com
+      action: allow
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: openai-api-key
+    - host: internal.example.com
+      action: allow
+      allowed_ports: [8443]
+    - host: blocked.example.com
+      action: deny
+`
+
+func TestCheckPrintsEffectiveConfig(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "config.yaml", exampleConfig)
+	for _, flagName := range []string{"-c", "--config", "-config"} {
+		code, out, errOut := runArgs(t, nil, "check", flagName, p)
+		if code != 0 {
+			t.Fatalf("%s: exit %d, stderr %s", flagName, code, errOut)
+		}
+		for _, want := range []string{"listen_port: 8080", "metrics_port: 9090", "max_connections: 1024", "host: api.openai.com"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: effective config lacks %q:\n%s", flagName, want, out)
+			}
+		}
+	}
+}
+
+func TestCheckListsEveryProblemWithLine(t *testing.T) {
+	bad := `listen_port: 9090
+metrics_port: 9090
+egress_policy:
+  rules:
+    - host: api.openai.com
+      action: allow
+      allowed_port: [443]
+`
+	p := writeFile(t, t.TempDir(), "config.yaml", bad)
+	code, _, errOut := runArgs(t, nil, "check", "-c", p)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(errOut, "line 7") || !strings.Contains(errOut, "allowed_port") {
+		t.Errorf("stderr does not name the mistyped key and its line:\n%s", errOut)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	p := writeFile(t, t.TempDir(), "config.yaml", exampleConfig)
+	tests := []struct {
+		args []string
+		want []string
+		deny bool
+	}{
+		{[]string{"http://api.openai.com/v1/models"}, []string{"decision: allow", "rules[0]", "Authorization", `secret "openai-api-key"`, "443"}, false},
+		{[]string{"http://API.OpenAI.com./v1"}, []string{"decision: allow", "host:     api.openai.com"}, false},
+		{[]string{"http://api.openai.com:8443/"}, []string{"decision: deny", "port_not_allowed", "443 only"}, true},
+		{[]string{"http://internal.example.com:8443/"}, []string{"decision: allow", "allowed_ports [8443]"}, false},
+		{[]string{"http://blocked.example.com/"}, []string{"decision: deny", "rule_deny"}, true},
+		{[]string{"http://evil.test/"}, []string{"decision: deny", "default_deny"}, true},
+		{[]string{"http://x@api.openai.com/"}, []string{"decision: deny", "userinfo"}, true},
+		{[]string{"--method", "CONNECT", "api.openai.com:443"}, []string{"405"}, true},
+	}
+	for _, tt := range tests {
+		code, out, errOut := runArgs(t, nil, append([]string{"explain", "-c", p}, tt.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d %s", tt.args, code, errOut)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("explain %v lacks %q:\n%s", tt.args, w, out)
+			}
+		}
+	}
+}
+
+func TestExplainNeverReadsSecretValues(t *testing.T) {
+	dir := t.TempDir()
+	sec := filepath.Join(dir, "secrets")
+	if err := os.Mkdir(sec, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, sec, "openai-api-key", "CANARY-explain-99\n")
+	p := writeFile(t, dir, "config.yaml", strings.Replace(exampleConfig, "/nonexistent", sec, 1))
+	_, out, errOut := runArgs(t, nil, "explain", "-c", p, "http://api.openai.com/")
+	if strings.Contains(out+errOut, "CANARY") {
+		t.Error("explain printed a secret value")
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, _ := runArgs(t, nil, args...)
+		if code != 0 || !strings.HasPrefix(out, "botbox ") {
+			t.Errorf("%v: %d %q", args, code, out)
+		}
+	}
+	code, out, _ := runArgs(t, nil, "--help")
+	if code != 0 || !strings.Contains(out, "botbox explain") {
+		t.Errorf("--help: %d %q", code, out)
+	}
+	if code, _, _ := runArgs(t, nil, "frobnicate"); code != 2 {
+		t.Errorf("unknown command exit %d, want 2", code)
+	}
+}
+
+func TestRunFailsFastOnBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"typo.yaml":  "egress_policy:\n  rules: []\nhttps_intercept:\n  enabled: true\n",
+		"empty.yaml": "",
+		"ca.yaml":    "egress_policy:\n  rules: []\nhttps_interception:\n  enabled: true\n  ca_cert_path: " + dir + "/missing.crt\n  ca_key_path: " + dir + "/missing.key\n",
+	} {
+		p := writeFile(t, dir, name, content)
+		code, _, errOut := runArgs(t, nil, "--config", p)
+		if code != 1 || !strings.HasPrefix(errOut, "Error: ") {
+			t.Errorf("%s: exit %d stderr %q, want 1 and an Error: line", name, code, errOut)
+		}
+	}
+	if code, _, errOut := runArgs(t, nil, "-c", filepath.Join(dir, "absent.yaml")); code != 1 || !strings.Contains(errOut, "absent.yaml") {
+		t.Errorf("missing file: %d %q", code, errOut)
+	}
+}
+
+func TestCANew(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := runArgs(t, nil, "ca", "new", "--out", dir, "--days", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for name, mode := range map[string]os.FileMode{"ca.crt": 0o444, "ca.key": 0o400} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != mode {
+			t.Errorf("%s mode %v, want %v", name, st.Mode().Perm(), mode)
+		}
+	}
+	pemBytes, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	blk, _ := pem.Decode(pemBytes)
+	cert, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cert.IsCA || cert.Subject.CommonName != "botbox-pod-ca" || cert.NotAfter.Sub(cert.NotBefore) > 49*time.Hour {
+		t.Errorf("unexpected CA: CA=%v CN=%q validity=%v", cert.IsCA, cert.Subject.CommonName, cert.NotAfter.Sub(cert.NotBefore))
+	}
+	if os.Getuid() != 0 { // root can read 0400 files of others anyway
+		if _, err := mitm.LoadCA(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"), nil); err != nil {
+			t.Errorf("LoadCA of the new CA: %v", err)
+		}
+	}
+	// Refuses to overwrite; --if-missing makes a re-run a no-op.
+	if code, _, _ := runArgs(t, nil, "ca", "new", "--out", dir); code != 1 {
+		t.Errorf("overwrite: exit %d, want 1", code)
+	}
+	if code, _, errOut := runArgs(t, nil, "ca", "new", "--out", dir, "--if-missing"); code != 0 {
+		t.Errorf("--if-missing: exit %d %s", code, errOut)
+	}
+	if err := os.Remove(filepath.Join(dir, "ca.crt")); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := runArgs(t, nil, "ca", "new", "--out", dir, "--if-missing"); code != 1 {
+		t.Errorf("half a CA with --if-missing: exit %d, want 1", code)
+	}
+	// Separate paths, as the Kubernetes example uses them.
+	d2 := t.TempDir()
+	code, _, errOut = runArgs(t, nil, "ca", "new", "--cert-out", filepath.Join(d2, "c.pem"), "--key-out", filepath.Join(d2, "k.pem"))
+	if code != 0 {
+		t.Fatalf("--cert-out/--key-out: %d %s", code, errOut)
+	}
+	if code, _, _ := runArgs(t, nil, "ca", "new", "--out", t.TempDir(), "--days", "0"); code != 2 {
+		t.Errorf("--days 0: exit %d, want 2", code)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	status := http.StatusServiceUnavailable
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }))
+	defer srv.Close()
+	if code, _, _ := runArgs(t, nil, "probe", srv.URL); code != 1 {
+		t.Errorf("503: exit %d, want 1", code)
+	}
+	status = http.StatusOK
+	if code, _, _ := runArgs(t, nil, "probe", srv.URL); code != 0 {
+		t.Errorf("200: exit %d, want 0", code)
+	}
+	if code, _, _ := runArgs(t, nil, "probe", "--timeout", "200ms", "http://127.0.0.1:1/healthz"); code != 1 {
+		t.Errorf("refused: exit %d, want 1", code)
+	}
+}
+
+func TestNetfilterPrintDefaults(t *testing.T) {
+	code, out, errOut := runArgs(t, map[string]string{"BOTBOX_ENABLE_IPV6": "0"}, "netfilter", "print")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"EGRESS_REDIRECT", "EGRESS_FILTER", "--to-ports 8080", "--uid-owner 1337"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("print lacks %q:\n%s", want, out)
+		}
+	}
+	if code, _, errOut := runArgs(t, nil, "netfilter", "print"); code != 1 || !strings.Contains(errOut, "BOTBOX_ENABLE_IPV6 is not set") {
+		t.Errorf("unset IPv6 variable: %d %q", code, errOut)
+	}
+}

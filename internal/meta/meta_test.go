@@ -1,0 +1,127 @@
+package meta
+
+import (
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/botbox/botbox"
+
+type pkg struct {
+	ImportPath string
+	Doc        string
+	Name       string
+	Imports    []string
+	Deps       []string
+	GoFiles    []string
+}
+
+func list(t *testing.T, args ...string) []pkg {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list", "-json"}, args...)...)
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p pkg
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func TestEveryPackageHasDoc(t *testing.T) {
+	for _, p := range list(t, "./...") {
+		if len(p.GoFiles) == 0 {
+			continue
+		}
+		if p.Doc == "" {
+			t.Errorf("%s has no package doc comment", p.ImportPath)
+			continue
+		}
+		want := "Package " + p.Name + " "
+		if p.Name == "main" {
+			want = "Command "
+		}
+		if !strings.HasPrefix(p.Doc, want) {
+			t.Errorf("%s: doc should start %q, got %q", p.ImportPath, want, p.Doc)
+		}
+	}
+}
+
+// allowedInternal lists, per internal package, the internal packages it may
+// import (style.md §3.1). Leaves import nothing internal.
+var allowedInternal = map[string][]string{
+	"hostport":  {},
+	"telemetry": {},
+	"buildinfo": {},
+	"admin":     {},
+	"config":    {"hostport"},
+	"secrets":   {},
+	"policy":    {"config", "hostport"},
+	"rewrite":   {"config", "secrets"}, // secrets only for the Value type
+	"upstream":  {},
+	"mitm":      {},
+	"netfilter": {},
+	"proxy":     {"config", "hostport", "policy", "rewrite", "secrets", "telemetry", "upstream"},
+	"server":    {"admin", "config", "hostport", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream"},
+}
+
+func TestInternalImportRules(t *testing.T) {
+	for _, p := range list(t, "./internal/...") {
+		rel := strings.TrimPrefix(p.ImportPath, module+"/internal/")
+		top, _, _ := strings.Cut(rel, "/")
+		if top == "testutil" || top == "meta" {
+			continue
+		}
+		allowed, ok := allowedInternal[top]
+		if !ok {
+			t.Errorf("%s: no import rule; add it to allowedInternal", p.ImportPath)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module+"/") {
+				if strings.HasPrefix(imp, "k8s.io/") {
+					t.Errorf("%s imports %s; k8s.io is allowed only in webhook", p.ImportPath, imp)
+				}
+				continue
+			}
+			irel := strings.TrimPrefix(imp, module+"/internal/")
+			itop, _, _ := strings.Cut(irel, "/")
+			if itop == top {
+				continue
+			}
+			if !slices.Contains(allowed, itop) {
+				t.Errorf("%s imports %s, which the layering rules forbid", p.ImportPath, imp)
+			}
+		}
+	}
+}
+
+func TestBinaryDependencies(t *testing.T) {
+	ps := list(t, module+"/cmd/botbox")
+	if len(ps) != 1 {
+		t.Fatal("cmd/botbox not found")
+	}
+	for _, d := range ps[0].Deps {
+		switch {
+		case d == "testing", d == "net/http/pprof",
+			strings.HasPrefix(d, module+"/internal/testutil"),
+			strings.HasPrefix(d, "k8s.io/"),
+			strings.HasPrefix(d, "github.com/stretchr/"):
+			t.Errorf("the botbox binary links %s", d)
+		}
+	}
+	if !slices.Contains(ps[0].Deps, "golang.org/x/crypto/x509roots/fallback") {
+		t.Error("the binary must embed the fallback roots for scratch images")
+	}
+}
