@@ -459,6 +459,8 @@ func TestStrictness(t *testing.T) {
 		},
 		{name: "max_connections 0", src: "max_connections: 0\n" + minimal, wants: []string{"line 1: max_connections: 0 must be between 1 and 4294967295"}},
 		{name: "max_connections negative", src: "max_connections: -5\n" + minimal, wants: []string{"max_connections: -5 must be between 1"}},
+		{name: "float through alias", src: "x-port: &p 8080.5\n" + minimal, wants: []string{`line 1: x-port: unknown key`}},
+		{name: "float port via alias", src: "listen_port: &p 80.5\nmetrics_port: *p\n" + minimal, wants: []string{`line 1: listen_port: expected an integer, got a number "80.5"`, `line 2: metrics_port: expected an integer, got a number "80.5"`}},
 		{name: "missing egress_policy", src: "listen_port: 8080\n", wants: []string{"egress_policy: required key is missing"}},
 		{name: "missing rules", src: "egress_policy:\n  default_action: deny\n", wants: []string{"line 1: egress_policy.rules: required key is missing"}},
 		{name: "null rules", src: "egress_policy:\n  rules:\n", wants: []string{"line 2: egress_policy.rules: required key is missing"}},

@@ -113,10 +113,14 @@ func checkScalars(n *yaml.Node, t reflect.Type, path string, out []*FieldError) 
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	line := n.Line
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias // the walk is bounded by the (non-recursive) wire types
+	}
 	switch {
 	case t.Kind() == reflect.Bool:
 		if n.Kind == yaml.ScalarNode && n.ShortTag() != "!!bool" && n.ShortTag() != "!!null" {
-			out = append(out, &FieldError{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected true or false, got %s %q", tagWord(n.ShortTag()), clip(n.Value))})
+			out = append(out, &FieldError{Path: path, Line: line, Msg: fmt.Sprintf("expected true or false, got %s %q", tagWord(n.ShortTag()), clip(n.Value))})
 		}
 	case t.Kind() == reflect.Int64:
 		if n.Kind != yaml.ScalarNode {
@@ -126,9 +130,9 @@ func checkScalars(n *yaml.Node, t reflect.Type, path string, out []*FieldError) 
 		switch {
 		case n.ShortTag() == "!!null":
 		case n.ShortTag() != "!!int":
-			out = append(out, &FieldError{Path: path, Line: n.Line, Msg: fmt.Sprintf("expected an integer, got %s %q", tagWord(n.ShortTag()), clip(n.Value))})
+			out = append(out, &FieldError{Path: path, Line: line, Msg: fmt.Sprintf("expected an integer, got %s %q", tagWord(n.ShortTag()), clip(n.Value))})
 		case len(v) > 1 && v[0] == '0' && v[1] >= '0' && v[1] <= '9':
-			out = append(out, &FieldError{Path: path, Line: n.Line, Msg: fmt.Sprintf("integer %q has a leading zero (YAML reads it as octal); write it without", clip(n.Value))})
+			out = append(out, &FieldError{Path: path, Line: line, Msg: fmt.Sprintf("integer %q has a leading zero (YAML reads it as octal); write it without", clip(n.Value))})
 		}
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for i, item := range n.Content {

@@ -88,6 +88,10 @@ func (c *checker) port(path string, v *int64, def uint16) uint16 {
 	return uint16(*v)
 }
 
+// portOK reports whether an optional port is absent or valid (so that a
+// collision is not reported against a default substituted for a bad value).
+func portOK(v *int64) bool { return v == nil || *v >= 1 && *v <= 65535 }
+
 func (c *checker) ms(path string, v *int64, def, lo, hi int64) time.Duration {
 	return time.Duration(c.intIn(path, v, def, lo, hi)) * time.Millisecond
 }
@@ -128,7 +132,7 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 	}
 	cfg.ListenPort = c.port("listen_port", w.ListenPort, defaultListenPort)
 	cfg.MetricsPort = c.port("metrics_port", w.MetricsPort, defaultMetricsPort)
-	if cfg.ListenPort == cfg.MetricsPort {
+	if cfg.ListenPort == cfg.MetricsPort && portOK(w.ListenPort) && portOK(w.MetricsPort) {
 		if w.MetricsPort != nil {
 			c.errorf("metrics_port", "metrics_port %d collides with listen_port %d", cfg.MetricsPort, cfg.ListenPort)
 		} else {
@@ -445,10 +449,10 @@ func (c *checker) interception(w *wireInterception, cfg *Config) Interception {
 		}
 	}
 	in.ListenPort = c.port(base+".listen_port", w.ListenPort, defaultInterceptionListenPort)
-	if in.ListenPort == cfg.ListenPort {
+	if in.ListenPort == cfg.ListenPort && portOK(w.ListenPort) {
 		c.errorf(base+".listen_port", "https_interception.listen_port %d collides with listen_port %d", in.ListenPort, cfg.ListenPort)
 	}
-	if in.ListenPort == cfg.MetricsPort {
+	if in.ListenPort == cfg.MetricsPort && portOK(w.ListenPort) {
 		c.errorf(base+".listen_port", "https_interception.listen_port %d collides with metrics_port %d", in.ListenPort, cfg.MetricsPort)
 	}
 	certEmpty, keyEmpty := strings.TrimSpace(in.CACertPath) == "", strings.TrimSpace(in.CAKeyPath) == ""

@@ -2,10 +2,13 @@ package meta
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/botbox/botbox/internal/config"
 )
 
 const module = "github.com/botbox/botbox"
@@ -124,4 +127,45 @@ func TestBinaryDependencies(t *testing.T) {
 	if !slices.Contains(ps[0].Deps, "golang.org/x/crypto/x509roots/fallback") {
 		t.Error("the binary must embed the fallback roots for scratch images")
 	}
+}
+
+// TestReadmeConfigSnippetsParse keeps the README's examples honest: every
+// ```yaml block is a complete configuration that config.Parse accepts.
+func TestReadmeConfigSnippetsParse(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := 0
+	for _, part := range strings.Split(string(data), "```yaml\n")[1:] {
+		snippet, _, _ := strings.Cut(part, "```")
+		blocks++
+		if _, err := config.Parse([]byte(dedent(snippet))); err != nil {
+			t.Errorf("README yaml block %d does not parse: %v\n%s", blocks, err, snippet)
+		}
+	}
+	if blocks == 0 {
+		t.Fatal("no yaml block found in README.md")
+	}
+}
+
+// dedent removes the common leading indentation (blocks inside list items).
+func dedent(s string) string {
+	lines := strings.Split(s, "\n")
+	indent := -1
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		n := len(l) - len(strings.TrimLeft(l, " "))
+		if indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	for i, l := range lines {
+		if len(l) >= indent && indent > 0 {
+			lines[i] = l[indent:]
+		}
+	}
+	return strings.Join(lines, "\n")
 }

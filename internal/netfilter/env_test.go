@@ -324,7 +324,12 @@ func TestParseEnvForRemove(t *testing.T) {
 	}{
 		{"ipv6 not required", map[string]string{}, DefaultSettings(), ""},
 		{"conflict is irrelevant", map[string]string{EnvHTTPSInterception: "1", EnvRedirectFromPort: "443"},
-			func() Settings { s := DefaultSettings(); s.HTTPSInterception = true; s.RedirectFromPort = 443; return s }(), ""},
+			func() Settings {
+				s := DefaultSettings()
+				s.HTTPSInterception = true
+				s.RedirectFromPort = 443
+				return s
+			}(), ""},
 		{"custom chains", map[string]string{EnvNATChain: "A", EnvFilterChain: "B"},
 			func() Settings { s := DefaultSettings(); s.NATChain, s.FilterChain = "A", "B"; return s }(), ""},
 		{"ipv6 still validated", map[string]string{EnvIPv6: "2"}, Settings{},

@@ -173,9 +173,11 @@ func TestInstallFailures(t *testing.T) {
 			check: true,
 		},
 		{
-			name:  "ip6tables nat missing",
-			env:   map[string]string{EnvIPv6: "1"},
-			setup: func(k *fakeKernel) { k.fail["ip6tables -w 5 -t nat -L -n"] = errors.New("can't initialize ip6tables table `nat'") },
+			name: "ip6tables nat missing",
+			env:  map[string]string{EnvIPv6: "1"},
+			setup: func(k *fakeKernel) {
+				k.fail["ip6tables -w 5 -t nat -L -n"] = errors.New("can't initialize ip6tables table `nat'")
+			},
 			wantErr: "ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables NAT table is not available.\n" +
 				"  The kernel may not support ip6table_nat. Set BOTBOX_ENABLE_IPV6=0 or load the module.",
 			check: true,

@@ -31,8 +31,8 @@ import (
 	"github.com/botbox/botbox/internal/admin"
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/hostport"
-	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/mitm"
+	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/proxy"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -147,9 +147,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			CacheTTL:          ic.CertCacheTTL,
 			CacheSize:         ic.CertCacheSize,
 			DenyDisallowedSNI: ic.DenyHandshakeOnDisallowedSNI,
-			Allowed:           func(host string) bool { return pol().Decide(policy.Target{Host: hostport.HostPort{Host: host}}).Allowed() },
-			Observer:          mitmObserver{s.metrics},
-			Logger:            telemetry.WithTarget(opts.Logger, telemetry.TargetInterception),
+			Allowed: func(host string) bool {
+				return pol().Decide(policy.Target{Host: hostport.HostPort{Host: host}}).Allowed()
+			},
+			Observer: mitmObserver{s.metrics},
+			Logger:   telemetry.WithTarget(opts.Logger, telemetry.TargetInterception),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("configuring HTTPS interception: %w", err)
@@ -327,7 +329,7 @@ func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 		// "OPTIONS *" must reach the pipeline (and be refused with 400), not
 		// be answered 200 by net/http on BotBox's behalf.
 		DisableGeneralOptionsHandler: true,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+		ErrorLog:                     slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
 	}
 }
 
