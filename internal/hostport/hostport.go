@@ -7,7 +7,8 @@
 //     lookup mapping), with one trailing dot removed, made only of
 //     letters, digits and hyphens (no '_'), labels 1–63 bytes, at most 253 bytes;
 //   - IP literals are in netip's canonical text form (IPv6 without brackets;
-//     an IPv4-mapped IPv6 address stays IPv6, e.g. "::ffff:1.2.3.4");
+//     an IPv4-mapped IPv6 address becomes its IPv4 form, "::ffff:1.2.3.4" -> "1.2.3.4",
+//     so it cannot dodge a rule naming the IPv4 address);
 //   - ports are 1–65535 written in decimal without sign or leading zero.
 //
 // It deliberately refuses anything that another parser could read
@@ -235,7 +236,9 @@ func parseIPv6(orig, v string) (string, error) {
 	if a.Zone() != "" {
 		return "", invalid(orig, "IPv6 zones are not allowed")
 	}
-	return a.String(), nil
+	// An IPv4-mapped address reaches the IPv4 host on a dual-stack dial, so
+	// it must match (and be denied by) a rule naming that IPv4 address.
+	return a.Unmap().String(), nil
 }
 
 // parsePort parses a decimal port 1-65535 without sign or leading zero.

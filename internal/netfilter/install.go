@@ -63,7 +63,7 @@ func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer
 	}
 
 	for _, f := range rs.Families() {
-		before, err := readSaved(ctx, r, f, false)
+		before, err := readSaved(ctx, r, f)
 		if err != nil {
 			return err
 		}
@@ -71,7 +71,7 @@ func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer
 		if _, err := r.Run(ctx, []byte(payload), f.RestoreCommand(), restoreArgs(s.WaitSeconds)...); err != nil {
 			return fmt.Errorf("applying %s rules: %w", f, err)
 		}
-		after, err := readSaved(ctx, r, f, false)
+		after, err := readSaved(ctx, r, f)
 		if err != nil {
 			return err
 		}
@@ -99,9 +99,8 @@ func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer
 // the nat and filter tables, for IPv4 and, whatever s.IPv6 says, for IPv6
 // when ip6tables is available: when the ip6tables programs are missing or
 // ip6tables-save fails, IPv6 is skipped with a note on stderr; IPv4
-// failures are errors. Each family is
-// removed atomically, then read back to verify. Nothing to remove is not an
-// error.
+// failures are errors. Each family is removed atomically, then read back to
+// verify. Nothing to remove is not an error.
 func Remove(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer) error {
 	if err := lookTools(r, IPv4); err != nil {
 		return checkError(
@@ -117,13 +116,13 @@ func Remove(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer)
 				continue
 			}
 		}
-		cur, err := readSaved(ctx, r, f, optional)
+		cur, err := readSaved(ctx, r, f)
 		if err != nil {
+			if optional && ctx.Err() == nil {
+				fmt.Fprintf(stderr, "[WARN] %s: IPv6 skipped.\n", err)
+				continue
+			}
 			return err
-		}
-		if cur == nil {
-			fmt.Fprintf(stderr, "[WARN] ip6tables-save failed: IPv6 skipped.\n")
-			continue
 		}
 		payload := RenderRemove(s, cur)
 		if payload == "" {
@@ -133,7 +132,7 @@ func Remove(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer)
 		if _, err := r.Run(ctx, []byte(payload), f.RestoreCommand(), restoreArgs(s.WaitSeconds)...); err != nil {
 			return fmt.Errorf("removing %s rules: %w", f, err)
 		}
-		after, err := readSaved(ctx, r, f, false)
+		after, err := readSaved(ctx, r, f)
 		if err != nil {
 			return err
 		}
@@ -159,13 +158,10 @@ func lookTools(r Runner, f Family) error {
 // readSaved runs `iptables-save` (or ip6tables-save) once, a consistent
 // snapshot of every table, and keeps nat and filter. A table the dump does
 // not show does not exist yet (iptables-nft creates tables on first use) and
-// is returned empty. With optional, a failed dump is returned as nil, nil.
-func readSaved(ctx context.Context, r Runner, f Family, optional bool) (Saved, error) {
+// is returned empty.
+func readSaved(ctx context.Context, r Runner, f Family) (Saved, error) {
 	out, err := r.Run(ctx, nil, f.SaveCommand())
 	if err != nil {
-		if optional && ctx.Err() == nil {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("reading %s tables: %w", f, err)
 	}
 	saved, err := ParseSave(string(out))

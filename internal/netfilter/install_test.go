@@ -324,7 +324,7 @@ func TestRemove(t *testing.T) {
 		if k.hasChain(IPv4, TableFilter, "EGRESS_FILTER") {
 			t.Errorf("IPv4 filter chain not removed")
 		}
-		if want := "[WARN] ip6tables-save failed: IPv6 skipped.\n"; stderr.String() != want {
+		if want := "[WARN] reading IPv6 tables: running ip6tables-save: exit status 1: no kernel support: IPv6 skipped.\n"; stderr.String() != want {
 			t.Errorf("stderr = %q, want %q", stderr.String(), want)
 		}
 	})

@@ -80,7 +80,7 @@ func nsExec(t *testing.T, ns string, stdin string, args ...string) string {
 // kernelSaved reads both tables of one family inside the namespace.
 func kernelSaved(t *testing.T, ns string, f Family) Saved {
 	t.Helper()
-	cur, err := readSaved(context.Background(), ExecRunner{Prefix: []string{"ip", "netns", "exec", ns}}, f, false)
+	cur, err := readSaved(context.Background(), ExecRunner{Prefix: []string{"ip", "netns", "exec", ns}}, f)
 	if err != nil {
 		t.Fatal(err)
 	}

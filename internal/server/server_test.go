@@ -724,3 +724,39 @@ func TestDefaultListenAddrIsDualStack(t *testing.T) {
 }
 
 var _ = x509.NewCertPool
+
+// TestCanarySecretOnInterceptionListener extends the canary test to the TLS
+// listener: allowed, mismatched, denied and failing requests, then a search
+// of responses, metrics and logs.
+func TestCanarySecretOnInterceptionListener(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, interception: "  enforce_sni_host_match: true\n"})
+	var seen strings.Builder
+	for _, tc := range []struct{ sni, host string }{
+		{"api.example.test", "api.example.test"},
+		{"api.example.test", "other.example.test"},
+		{"evil.example.test", "evil.example.test"},
+	} {
+		for _, h2 := range []bool{false, true} {
+			c := h.interceptClient(tc.sni, h2)
+			req, _ := http.NewRequest(http.MethodGet, "https://"+tc.host+"/", nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("%+v h2=%v: %v", tc, h2, err)
+			}
+			fmt.Fprintf(&seen, "%d %v %s\n", resp.StatusCode, resp.Header, body(t, resp))
+		}
+	}
+	resp, err := http.Get("http://" + h.addrs.Metrics.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := body(t, resp)
+	for name, text := range map[string]string{"responses": seen.String(), "metrics": metrics, "logs": h.logs.String()} {
+		if strings.Contains(text, canary) || strings.Contains(text, "c0ffee-42") {
+			t.Errorf("canary secret found in %s", name)
+		}
+	}
+	if n := len(h.logs.Find("proxy decision")); n != 6 {
+		t.Errorf("%d decision lines, want 6", n)
+	}
+}

@@ -85,10 +85,13 @@ type podConfig struct {
 	denyHandshake bool
 	// rules is the YAML list under egress_policy.rules (default rulesDefault).
 	rules string
+	// defaultAllow sets egress_policy.default_action: allow (default deny).
+	defaultAllow bool
 	// secrets is the initial content of the Secret volume (nil: no keys).
 	secrets map[string]string
-	// installEnv adds variables to the init step's environment.
-	installEnv []string
+	// installEnv adds variables to the init step's environment; it is a
+	// function because values may depend on the pod's random addresses.
+	installEnv func(p *pod) []string
 	// botboxEnv adds variables to BotBox's environment.
 	botboxEnv []string
 	// noInstall skips `botbox netfilter install`.
@@ -280,7 +283,10 @@ func (p *pod) installEnv() []string {
 	if p.cfg.interception {
 		env = append(env, "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1")
 	}
-	return append(env, p.cfg.installEnv...)
+	if p.cfg.installEnv != nil {
+		env = append(env, p.cfg.installEnv(p)...)
+	}
+	return env
 }
 
 // install runs the init step as the init container would.
@@ -318,7 +324,11 @@ func (p *pod) writeConfig(t *testing.T) {
 	fmt.Fprintf(&b, "secrets_reload_debounce_ms: %d\n", debounce.Milliseconds())
 	fmt.Fprintf(&b, "upstream_ca_file: %q\n", p.originCA)
 	fmt.Fprintf(&b, "upstream_connect_timeout_ms: 3000\nupstream_response_header_timeout_ms: 5000\n")
-	fmt.Fprintf(&b, "egress_policy:\n  default_action: deny\n  rules:%s", p.cfg.rules)
+	action := "deny"
+	if p.cfg.defaultAllow {
+		action = "allow"
+	}
+	fmt.Fprintf(&b, "egress_policy:\n  default_action: %s\n  rules:%s", action, p.cfg.rules)
 	if p.cfg.interception {
 		caDir := filepath.Dir(p.botboxCA)
 		fmt.Fprintf(&b, "https_interception:\n  enabled: true\n  ca_cert_path: %q\n  ca_key_path: %q\n  deny_handshake_on_disallowed_sni: %t\n",

@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.Var(&addrs, "addr", "IP address to listen on (repeatable)")
 	tlsPorts := fs.String("tls-ports", "443,8443", "HTTPS ports")
 	httpPorts := fs.String("http-ports", "80", "plain HTTP ports")
-	tcpPorts := fs.String("tcp-ports", "22", "bare TCP ports")
+	tcpPorts := fs.String("tcp-ports", "22,53", "bare TCP ports")
 	udpPorts := fs.String("udp-ports", "443,9999,53", "UDP echo ports")
 	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
 	keyFile := fs.String("key", "", "PEM private key for HTTPS")
