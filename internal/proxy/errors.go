@@ -40,10 +40,6 @@ const (
 	decisionDeniedHostMismatch = "denied_host_mismatch"
 )
 
-// errClientGone marks a request whose client went away; no response is
-// written and it is not an upstream error.
-var errClientGone = errors.New("client closed the connection")
-
 // failure is what the single error mapper returns: the status and body sent
 // to the client, the upstream_errors label (if any) and the log reason.
 type failure struct {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +23,6 @@ import (
 	"github.com/botbox/botbox/internal/testutil/logcapture"
 	"github.com/botbox/botbox/internal/testutil/testpki"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"golang.org/x/net/http2"
 )
 
 const canary = "CANARY-c0ffee-42-never-log"
@@ -230,20 +228,10 @@ func (h *harness) interceptClient(serverName string, h2 bool) *http.Client {
 		var d net.Dialer
 		return d.DialContext(ctx, network, addr)
 	}
-	if h2 {
-		return &http.Client{Transport: &http2.Transport{
-			TLSClientConfig: tlsCfg,
-			DialTLSContext: func(ctx context.Context, network, a string, cfg *tls.Config) (net.Conn, error) {
-				c, err := dial(ctx, network, a)
-				if err != nil {
-					return nil, err
-				}
-				tc := tls.Client(c, cfg)
-				return tc, tc.HandshakeContext(ctx)
-			},
-		}}
-	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, DialContext: dial, ForceAttemptHTTP2: false, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}}
+	var protocols http.Protocols
+	protocols.SetHTTP1(!h2)
+	protocols.SetHTTP2(h2)
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg, DialContext: dial, Protocols: &protocols}}
 }
 
 func body(t *testing.T, resp *http.Response) string {
@@ -722,8 +710,6 @@ func TestDefaultListenAddrIsDualStack(t *testing.T) {
 		}
 	}
 }
-
-var _ = x509.NewCertPool
 
 // TestCanarySecretOnInterceptionListener extends the canary test to the TLS
 // listener: allowed, mismatched, denied and failing requests, then a search
