@@ -746,3 +746,66 @@ func TestCanarySecretOnInterceptionListener(t *testing.T) {
 		t.Errorf("%d decision lines, want 6", n)
 	}
 }
+
+// TestSlowlorisCannotPinSlots is the §10.3 #8 regression: with one slot, a
+// client that never finishes its request head is cut off by
+// read_header_timeout_ms and the slot serves the next client.
+func TestSlowlorisCannotPinSlots(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, maxConnections: 1, extraYAML: "read_header_timeout_ms: 200\nidle_timeout_seconds: 1\n"})
+	slow, err := net.Dial("tcp", h.addrs.Proxy[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fmt.Fprint(slow, "GET / HTTP/1.1\r\nHost: api.exa") // never finished
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(slow); err != nil {
+		t.Fatalf("slow client not disconnected: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+h.addrs.Proxy[0].String()+"/", nil)
+		req.Host = "api.example.test"
+		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		if err == nil {
+			b := body(t, resp)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%d %s", resp.StatusCode, b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot never freed: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestMetricsBindFailureIsFatal is the §10.3 #7 regression.
+func TestMetricsBindFailureIsFatal(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	port := busy.Addr().(*net.TCPAddr).Port
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freePort := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	cfg, err := config.Parse([]byte(fmt.Sprintf("listen_addr: 127.0.0.1\nlisten_port: %d\nmetrics_port: %d\nsecrets_dir: %s\negress_policy:\n  rules: []\n", freePort, port, t.TempDir())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Logger: telemetry.NewLogger(io.Discard, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Run(ctx); err == nil || !strings.Contains(err.Error(), "metrics") {
+		t.Fatalf("Run = %v, want a metrics bind error", err)
+	}
+}
