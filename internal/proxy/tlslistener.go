@@ -31,8 +31,8 @@ type TLSListener struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
-	acceptErr error
-	errOnce   sync.Once
+	mu        sync.Mutex
+	acceptErr error // the inner listener's failure, if that is what closed us
 }
 
 // NewTLSListener starts accepting on inner (usually a ConnLimit listener,
@@ -56,7 +56,11 @@ func (l *TLSListener) acceptLoop() {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			l.errOnce.Do(func() { l.acceptErr = err })
+			l.mu.Lock()
+			if l.acceptErr == nil {
+				l.acceptErr = err
+			}
+			l.mu.Unlock()
 			l.Close()
 			return
 		}
@@ -97,8 +101,11 @@ func (l *TLSListener) Accept() (net.Conn, error) {
 	case c := <-l.conns:
 		return c, nil
 	case <-l.done:
-		if l.acceptErr != nil {
-			return nil, l.acceptErr
+		l.mu.Lock()
+		err := l.acceptErr
+		l.mu.Unlock()
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			return nil, err
 		}
 		return nil, net.ErrClosed
 	}
