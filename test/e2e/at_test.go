@@ -43,6 +43,9 @@ func newATPod(t *testing.T, withSecret bool) *pod {
 func TestAT001HealthzNotReadyWhileSecretMissing(t *testing.T) {
 	p := newATPod(t, false)
 	assertStatus(t, "GET /healthz", p.healthz(t), http.StatusServiceUnavailable, "not ready")
+	if out, errOut, code := p.probe(t); code == 0 || !strings.Contains(out, "503") {
+		t.Errorf("botbox probe while not ready: exit %d, output %q %q, want failure reporting 503", code, out, errOut)
+	}
 }
 
 // AT-002: a request needing the missing secret fails closed with 500 and is

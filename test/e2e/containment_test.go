@@ -87,21 +87,26 @@ func TestDeniedHostOriginSeesNothing(t *testing.T) {
 // "blocked.com." and "x@blocked.com" through, reference §10.3 #3).
 func TestDenyRuleHoldsUnderDefaultAllow(t *testing.T) {
 	p, _ := apiKeyPod(t, podConfig{defaultAllow: true})
-	for _, host := range []string{
-		"blocked.example.test",
-		"BLOCKED.Example.TEST",
-		"blocked.example.test.",
-		"blocked.example.test:443",
-		"x@blocked.example.test",
-		"xn--blocked.example.test",
-		"blocked.example.test\t",
-	} {
-		t.Run(host, func(t *testing.T) {
+	transparent := p.addr4(80).String() // redirected to BotBox
+	cases := []struct{ name, addr, target, host string }{
+		{"Host exact", transparent, "/exfil", "blocked.example.test"},
+		{"Host case", transparent, "/exfil", "BLOCKED.Example.TEST"},
+		{"Host trailing dot", transparent, "/exfil", "blocked.example.test."},
+		{"Host with :443", transparent, "/exfil", "blocked.example.test:443"},
+		{"Host with userinfo", transparent, "/exfil", "x@blocked.example.test"},
+		{"Host fullwidth IDNA", transparent, "/exfil", "ｂｌｏｃｋｅｄ.example.test"},
+		{"Host trailing tab", transparent, "/exfil", "blocked.example.test\t"},
+		{"absolute-form trailing dot", "127.0.0.1:8080", "http://blocked.example.test./exfil", hostOther},
+		{"absolute-form userinfo", "127.0.0.1:8080", "http://x@blocked.example.test/exfil", hostOther},
+		{"absolute-form case and port", "127.0.0.1:8080", "http://BLOCKED.example.test:443/exfil", hostOther},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
 			mark := p.mark(t)
-			r := p.app(t, "raw", "-addr", p.addr4(80).String(),
-				"-data", "GET /exfil HTTP/1.1\r\nHost: "+host+"\r\nConnection: close\r\n\r\n")
+			r := p.app(t, "raw", "-addr", tt.addr,
+				"-data", "GET "+tt.target+" HTTP/1.1\r\nHost: "+tt.host+"\r\nConnection: close\r\n\r\n")
 			if r.Status != http.StatusForbidden && r.Status != http.StatusBadRequest {
-				t.Errorf("Host %q: status %d body %q, want 403 or 400", host, r.Status, r.Body)
+				t.Errorf("GET %s Host %q: status %d body %q, want 403 or 400", tt.target, tt.host, r.Status, r.Body)
 			}
 			p.assertNoTCP(t, mark, p.addr4(443))
 		})
@@ -306,4 +311,41 @@ func TestAllowlistedUpstreamNotContained(t *testing.T) {
 		t.Errorf("the echoing upstream did not reflect the credential (%q): the documented residual risk changed", r.Body)
 	}
 	t.Logf("documented: an allowlisted upstream receives arbitrary data and actions with the credential; a reflecting upstream discloses it")
+}
+
+// ICMP is not filtered by default (reference §8.3: a tunnelling channel);
+// BOTBOX_DROP_ICMP=1 drops it for the app, both families.
+func TestICMP(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		drop  bool
+		reply bool
+	}{
+		{"default: echo reaches the origin", false, true},
+		{"BOTBOX_DROP_ICMP=1 drops it", true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := podConfig{ipv6: true}
+			if tt.drop {
+				cfg.installEnv = func(*pod) []string { return []string{"BOTBOX_DROP_ICMP=1"} }
+			}
+			p, _ := apiKeyPod(t, cfg)
+			// Let UID 1000 open unprivileged ping sockets in the pod.
+			if _, errOut, code := p.run(t, p.podNS, uidRoot, nil, "sh", "-c", "echo 0 2147483647 >/proc/sys/net/ipv4/ping_group_range"); code != 0 {
+				t.Fatalf("setting net.ipv4.ping_group_range: %s", errOut)
+			}
+			for _, dst := range []netip.Addr{p.netIP4, p.netIP6} {
+				r := p.app(t, "ping", "-addr", dst.String())
+				if tt.reply && !r.Connected {
+					t.Errorf("ping %s: %s (%s), want a reply", dst, r.Error, r.ErrorKind)
+				}
+				if !tt.reply {
+					assertNoConnection(t, "ping "+dst.String(), r)
+				}
+			}
+			if !tt.drop {
+				t.Logf("documented: without BOTBOX_DROP_ICMP, ICMP from the app is not filtered (reference §10.3 #18)")
+			}
+		})
+	}
 }

@@ -89,6 +89,9 @@ type podConfig struct {
 	defaultAllow bool
 	// secrets is the initial content of the Secret volume (nil: no keys).
 	secrets map[string]string
+	// plainSecrets lays the secrets out as plain files replaced by rename
+	// (default: a Kubernetes Secret volume with its ..data symlink swap).
+	plainSecrets bool
 	// installEnv adds variables to the init step's environment; it is a
 	// function because values may depend on the pod's random addresses.
 	installEnv func(p *pod) []string
@@ -164,7 +167,7 @@ func newPod(t *testing.T, cfg podConfig) *pod {
 	if !cfg.noInstall {
 		p.install(t)
 	}
-	p.secrets = newSecretVolume(t, filepath.Join(dir, "secrets"))
+	p.secrets = newSecretVolume(t, filepath.Join(dir, "secrets"), cfg.plainSecrets)
 	if cfg.secrets != nil {
 		p.secrets.write(t, cfg.secrets)
 	}
@@ -358,7 +361,7 @@ func (p *pod) startBotBox(t *testing.T) {
 	for {
 		r := p.client(t, uidRoot, "wait", args...)
 		if r.Connected {
-			return
+			break
 		}
 		if p.botbox.exited() {
 			t.Fatalf("botbox exited during startup (%v):\n%s", p.botbox.waitErr, p.botbox.logs())
@@ -367,6 +370,27 @@ func (p *pod) startBotBox(t *testing.T) {
 			t.Fatalf("botbox listeners %v not up after %v: %s\n%s", addrs, startupTimeout, r.Error, p.botbox.logs())
 		}
 	}
+	if p.cfg.secrets == nil {
+		return // readiness is the test's business (AT-001...)
+	}
+	// Ready, as the Pod's exec readiness probe sees it.
+	for {
+		out, errOut, code := p.probe(t)
+		if code == 0 {
+			return
+		}
+		if p.botbox.exited() || time.Now().After(deadline) {
+			t.Fatalf("botbox probe never succeeded (exit %d: %s%s):\n%s", code, out, errOut, p.botbox.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// probe runs `botbox probe` against the health endpoint inside the pod, as
+// the exec readiness probe of the deployment does.
+func (p *pod) probe(t *testing.T) (stdout, stderr string, code int) {
+	t.Helper()
+	return p.run(t, p.podNS, uidApp, nil, p.bins.botbox, "probe", "http://127.0.0.1:9090/healthz")
 }
 
 // dumpLogs shows what the processes said, for a failed test.
@@ -534,7 +558,7 @@ func (p *pod) assertNoTCP(t *testing.T, since int64, dst netip.AddrPort) {
 		})
 	})
 	for _, e := range evs {
-		if e.LocalAddrPort() == dst && remote(e) != barrier {
+		if e.Kind != wire.KindUDP && e.LocalAddrPort() == dst && remote(e) != barrier {
 			t.Errorf("origin %s saw %s from %s (#%d), want nothing", dst, e.Kind, e.Remote, e.Seq)
 		}
 	}
@@ -605,21 +629,24 @@ func (p *pod) save(t *testing.T, v6 bool) string {
 func (p *pod) addr4(port uint16) netip.AddrPort { return netip.AddrPortFrom(p.netIP4, port) }
 func (p *pod) addr6(port uint16) netip.AddrPort { return netip.AddrPortFrom(p.netIP6, port) }
 
-// secretVolume is a directory laid out and updated like a Kubernetes Secret
-// volume (kubelet's AtomicWriter): the data lives in a timestamped directory,
-// "..data" points at it, each key is a symlink "key -> ..data/key", and an
-// update swaps "..data" with one rename.
+// secretVolume is the secrets directory. By default it is laid out and
+// updated like a Kubernetes Secret volume (kubelet's AtomicWriter): the data
+// lives in a timestamped directory, "..data" points at it, each key is a
+// symlink "key -> ..data/key", and an update swaps "..data" with one rename.
+// With plain, each key is a regular file replaced by renaming a temporary
+// dotfile over it (what most other secret agents do).
 type secretVolume struct {
-	dir string
-	gen int
+	dir   string
+	plain bool
+	gen   int
 }
 
-func newSecretVolume(t *testing.T, dir string) *secretVolume {
+func newSecretVolume(t *testing.T, dir string, plain bool) *secretVolume {
 	t.Helper()
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	v := &secretVolume{dir: dir}
+	v := &secretVolume{dir: dir, plain: plain}
 	v.write(t, map[string]string{})
 	return v
 }
@@ -628,6 +655,10 @@ func newSecretVolume(t *testing.T, dir string) *secretVolume {
 func (v *secretVolume) write(t *testing.T, data map[string]string) {
 	t.Helper()
 	v.gen++
+	if v.plain {
+		v.writePlain(t, data)
+		return
+	}
 	ts := fmt.Sprintf("..%s.%d", time.Now().UTC().Format("2006_01_02_15_04_05"), v.gen)
 	tsDir := filepath.Join(v.dir, ts)
 	if err := os.Mkdir(tsDir, 0o755); err != nil {
@@ -652,17 +683,36 @@ func (v *secretVolume) write(t *testing.T, data map[string]string) {
 			}
 		}
 	}
+	v.removeOthers(t, data)
+	if old != "" {
+		_ = os.RemoveAll(filepath.Join(v.dir, old))
+	}
+}
+
+// writePlain renames a fresh dotfile over each key.
+func (v *secretVolume) writePlain(t *testing.T, data map[string]string) {
+	t.Helper()
+	for k, val := range data {
+		tmp := filepath.Join(v.dir, fmt.Sprintf(".%s.tmp%d", k, v.gen))
+		writeFile(t, tmp, []byte(val), 0o444)
+		if err := os.Rename(tmp, filepath.Join(v.dir, k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v.removeOthers(t, data)
+}
+
+// removeOthers deletes the visible keys that are not in data.
+func (v *secretVolume) removeOthers(t *testing.T, data map[string]string) {
+	t.Helper()
 	entries, err := os.ReadDir(v.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if _, keep := data[e.Name()]; !keep && !strings.HasPrefix(e.Name(), "..") {
+		if _, keep := data[e.Name()]; !keep && !strings.HasPrefix(e.Name(), ".") {
 			_ = os.Remove(filepath.Join(v.dir, e.Name()))
 		}
-	}
-	if old != "" {
-		_ = os.RemoveAll(filepath.Join(v.dir, old))
 	}
 }
 

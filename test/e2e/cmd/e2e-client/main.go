@@ -9,6 +9,7 @@
 //	tcp   -addr HOST:PORT            connect and hang up
 //	udp   -addr HOST:PORT -payload P send one datagram
 //	raw   -addr HOST:PORT -data D [-tls -sni S -cacert F]   write D, read one HTTP response
+//	ping  -addr IP                   one ICMP echo (unprivileged ping socket); Connected = reply received
 //	wait  -addr HOST:PORT...         poll until every address accepts a connection
 //	loop  -url URL -header-of NAME -stop-value V [-after N] [-duration D]   request loop
 //
@@ -29,12 +30,17 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	"github.com/botbox/botbox/test/e2e/internal/wire"
 )
@@ -99,6 +105,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		out = doUDP(o)
 	case "raw":
 		out = doRaw(o)
+	case "ping":
+		out = doPing(o)
 	case "wait":
 		out = doWait(o)
 	case "loop":
@@ -344,6 +352,56 @@ func doRaw(o opts) wire.Result {
 	defer resp.Body.Close()
 	fillResponse(&r, resp)
 	return r
+}
+
+// doPing sends one ICMP echo request over an unprivileged ping socket (the
+// pod's net.ipv4.ping_group_range must include the UID) and waits for the
+// reply.
+func doPing(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	if len(o.addrs) != 1 {
+		fail(&r, errors.New("ping needs exactly one -addr"))
+		return r
+	}
+	dst, err := netip.ParseAddr(o.addrs[0])
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	network, laddr, proto := "udp4", "0.0.0.0", 1
+	var typ icmp.Type = ipv4.ICMPTypeEcho
+	if dst.Is6() {
+		network, laddr, proto, typ = "udp6", "::", 58, ipv6.ICMPTypeEchoRequest
+	}
+	c, err := icmp.ListenPacket(network, laddr)
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	defer c.Close()
+	msg, err := (&icmp.Message{Type: typ, Body: &icmp.Echo{ID: os.Getpid() & 0xffff, Seq: 1, Data: []byte(o.payload)}}).Marshal(nil)
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	if _, err := c.WriteTo(msg, &net.UDPAddr{IP: dst.AsSlice()}); err != nil {
+		fail(&r, err)
+		return r
+	}
+	_ = c.SetReadDeadline(time.Now().Add(o.connectTimeout))
+	buf := make([]byte, 1500)
+	for {
+		n, _, err := c.ReadFrom(buf)
+		if err != nil {
+			fail(&r, err)
+			return r
+		}
+		m, err := icmp.ParseMessage(proto, buf[:n])
+		if err == nil && (m.Type == ipv4.ICMPTypeEchoReply || m.Type == ipv6.ICMPTypeEchoReply) {
+			r.Connected = true
+			return r
+		}
+	}
 }
 
 func doWait(o opts) wire.Result {
