@@ -41,6 +41,12 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 	if *keyOut == "" {
 		*keyOut = filepath.Join(*out, "ca.key")
 	}
+	for _, p := range []string{*certOut, *keyOut} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			fmt.Fprintf(stderr, "Error: creating %s: %v\n", filepath.Dir(p), err)
+			return exitError
+		}
+	}
 	certExists, keyExists := fileExists(*certOut), fileExists(*keyOut)
 	if *ifMissing && certExists && keyExists {
 		fmt.Fprintf(stdout, "%s and %s already exist; nothing to do\n", *certOut, *keyOut)

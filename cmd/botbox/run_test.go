@@ -165,7 +165,7 @@ func TestRunFailsFastOnBadConfig(t *testing.T) {
 }
 
 func TestCANew(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "not-yet-created")
 	code, _, errOut := runArgs(t, nil, "ca", "new", "--out", dir, "--days", "2")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
