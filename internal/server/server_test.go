@@ -69,6 +69,22 @@ func start(t *testing.T, o harnessOpts) *harness {
 		default:
 		}
 		switch r.URL.Path {
+		case "/ws":
+			if r.Header.Get("Upgrade") != "websocket" {
+				http.Error(w, "not an upgrade", http.StatusBadRequest)
+				return
+			}
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+			_ = brw.Flush()
+			if line, err := brw.ReadString('\n'); err == nil {
+				fmt.Fprint(brw, "echo: "+line)
+				_ = brw.Flush()
+			}
 		case "/stream":
 			// gRPC-style bidirectional stream: echo each line as it arrives,
 			// then a trailer.
@@ -807,5 +823,31 @@ func TestMetricsBindFailureIsFatal(t *testing.T) {
 	defer cancel()
 	if err := s.Run(ctx); err == nil || !strings.Contains(err.Error(), "metrics") {
 		t.Fatalf("Run = %v, want a metrics bind error", err)
+	}
+}
+
+func TestInterceptionWebSocketUpgrade(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, interception: "  enforce_sni_host_match: true\n"})
+	c, err := tls.Dial("tcp", h.addrs.Intercept[0].String(), &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if got := h.lastSeen().Get("Authorization"); got != "Bearer "+canary {
+		t.Error("upgrade request not injected")
+	}
+	fmt.Fprint(c, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+		t.Fatalf("got %q %v", line, err)
 	}
 }
