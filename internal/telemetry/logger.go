@@ -1,10 +1,8 @@
 package telemetry
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 )
 
 // Keys of the three fields every record starts with. They replace slog's
@@ -101,21 +99,3 @@ func levelName(l slog.Level) string {
 	return l.String()
 }
 
-// ParseLevel parses a log level name: debug, info, warn or error, in any
-// letter case. Anything else, including surrounding spaces, is an error.
-func ParseLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "warn":
-		return slog.LevelWarn, nil
-	case "error":
-		return slog.LevelError, nil
-	}
-	if len(s) > 32 {
-		s = s[:32] + "…"
-	}
-	return 0, fmt.Errorf("unknown log level %q (want debug, info, warn or error)", s)
-}

@@ -213,59 +213,6 @@ func TestLoggerAllocs(t *testing.T) {
 	}
 }
 
-var parseLevelTests = []struct {
-	in      string
-	want    slog.Level
-	wantErr bool
-}{
-	{"debug", slog.LevelDebug, false},
-	{"info", slog.LevelInfo, false},
-	{"warn", slog.LevelWarn, false},
-	{"error", slog.LevelError, false},
-	{"INFO", slog.LevelInfo, false},
-	{"Warn", slog.LevelWarn, false},
-	{"", 0, true},
-	{"warning", 0, true},
-	{"trace", 0, true},
-	{" info", 0, true},
-	{"info\n", 0, true},
-	{"4", 0, true},
-	{"INFO+2", 0, true},
-}
-
-func TestParseLevel(t *testing.T) {
-	for _, tt := range parseLevelTests {
-		got, err := ParseLevel(tt.in)
-		if (err != nil) != tt.wantErr {
-			t.Errorf("ParseLevel(%q) error = %v, want error %t", tt.in, err, tt.wantErr)
-			continue
-		}
-		if got != tt.want {
-			t.Errorf("ParseLevel(%q) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-}
-
-func FuzzParseLevel(f *testing.F) {
-	for _, tt := range parseLevelTests {
-		f.Add(tt.in)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		l, err := ParseLevel(s)
-		if err != nil {
-			if len(err.Error()) > 200 {
-				t.Errorf("ParseLevel(%q) error is %d bytes long", s, len(err.Error()))
-			}
-			return
-		}
-		// Every accepted name round-trips through the handler's level name.
-		if back, err := ParseLevel(levelName(l)); err != nil || back != l {
-			t.Errorf("ParseLevel(levelName(%v)) = %v, %v", l, back, err)
-		}
-	})
-}
-
-// BenchmarkDecisionLogLine logs the canonical decision line (14 attributes).
 func BenchmarkDecisionLogLine(b *testing.B) {
 	l := WithTarget(NewLogger(io.Discard, nil), TargetProxy)
 	ctx := context.Background()
