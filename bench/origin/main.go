@@ -1,6 +1,7 @@
 // Command origin is the benchmark's HTTPS origin: TLS 1.3 only, HTTP/2 and
-// HTTP/1.1, a small JSON endpoint (/small) and a streamed endpoint
-// (/stream, 256 MiB by default, ?mib=N to change it).
+// HTTP/1.1, a small JSON endpoint (/small, GET or POST; a request body is
+// read in full) and a streamed endpoint (/stream, 256 MiB by default,
+// ?mib=N to change it).
 //
 // Every request must carry exactly one "Authorization: Bearer <token>"
 // header with the expected token, or it is answered 401: a proxy that fails
@@ -13,6 +14,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -58,6 +60,8 @@ func main() {
 		ok.Add(1)
 		switch r.URL.Path {
 		case "/small":
+			// A POST body (an agent's JSON request) is read in full first.
+			_, _ = io.Copy(io.Discard, r.Body)
 			hd := w.Header()
 			hd["Content-Type"] = []string{"application/json"}
 			hd["Content-Length"] = []string{smallLen}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,12 @@ type Options struct {
 type compiled struct {
 	policy   *policy.Policy
 	rewrites []*rewrite.Set // by rule index; nil when a rule has none
+	// logNames and logRefs are, by rule index, the rewrites' header names
+	// and secret refs as the log line's []string values, boxed once here:
+	// Set.Names and Set.SecretRefs return fresh copies, and boxing a slice
+	// into slog.Any allocates, three allocations per logged request.
+	// Read-only after compile.
+	logNames, logRefs []any
 }
 
 // Handler is the request pipeline shared by both listeners.
@@ -91,9 +98,18 @@ func New(opts Options) (*Handler, error) {
 	}
 	h.state.Store(c)
 	h.rp = &httputil.ReverseProxy{
-		Rewrite:        h.rewrite,
-		Transport:      guardedTransport{next: opts.Transport},
-		FlushInterval:  -1, // stream every write: SSE and chunked bodies reach the agent as produced
+		Rewrite:   h.rewrite,
+		Transport: guardedTransport{next: opts.Transport},
+		// Streaming responses (text/event-stream, or no Content-Length:
+		// chunked bodies, gRPC) are flushed after every write whatever this
+		// value, so SSE and chunked bodies reach the agent as produced.
+		// Responses of known length are flushed at least every 50 ms. It was
+		// -1 (flush every write of every response): ReverseProxy then arms
+		// an immediate timer per response whose goroutine often flushed the
+		// head alone, a second write syscall per request, and the
+		// goroutine, timer and flush cost about 10% of the CPU per request
+		// (docs/performance.md).
+		FlushInterval:  50 * time.Millisecond,
 		ErrorHandler:   h.upstreamError,
 		ModifyResponse: h.upstreamResponse,
 		ErrorLog:       slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
@@ -107,7 +123,7 @@ func compile(p config.Policy) (*compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compiling egress policy: %w", err)
 	}
-	c := &compiled{policy: pol, rewrites: make([]*rewrite.Set, len(p.Rules))}
+	c := &compiled{policy: pol, rewrites: make([]*rewrite.Set, len(p.Rules)), logNames: make([]any, len(p.Rules)), logRefs: make([]any, len(p.Rules))}
 	for i, r := range p.Rules {
 		if len(r.HeaderRewrites) == 0 {
 			continue
@@ -117,6 +133,7 @@ func compile(p config.Policy) (*compiled, error) {
 			return nil, fmt.Errorf("egress_policy.rules[%d] (%s): %w", i, r.Host, err)
 		}
 		c.rewrites[i] = s
+		c.logNames[i], c.logRefs[i] = s.Names(), s.SecretRefs()
 	}
 	return c, nil
 }
@@ -133,7 +150,16 @@ func (h *Handler) Intercepted() http.Handler { return http.HandlerFunc(h.serveIn
 
 // exchange is the per-request record: what was decided and what happened,
 // written once as the canonical log line.
+//
+// It is also the context of the forwarded request (it embeds the server's
+// request context and answers Value(exchangeKey{}) with itself), and holds
+// the counting response writer and request body: one allocation instead of
+// four (context.WithValue, the exchange, the writer, the body). Cancellation, deadline and
+// every other value come from the embedded context unchanged.
 type exchange struct {
+	context.Context
+	cw           countingWriter
+	cb           countingBody
 	id           string
 	listener     string
 	start        time.Time
@@ -146,6 +172,8 @@ type exchange struct {
 	rule         string
 	authority    string // upstream authority, e.g. "api.openai.com" or "[::1]:8443"
 	rewrites     *rewrite.Set
+	logNames     any // c.logNames of the rule ([]string, shared, read-only)
+	logRefs      any // c.logRefs of the rule
 	secrets      *secrets.Snapshot
 	rewritten    []string
 	rewriteErr   error
@@ -156,6 +184,15 @@ type exchange struct {
 }
 
 type exchangeKey struct{}
+
+// Value returns x for exchangeKey{} and defers to the request context for
+// every other key.
+func (x *exchange) Value(key any) any {
+	if _, ok := key.(exchangeKey); ok {
+		return x
+	}
+	return x.Context.Value(key)
+}
 
 func exchangeFrom(ctx context.Context) *exchange {
 	x, _ := ctx.Value(exchangeKey{}).(*exchange)
@@ -182,8 +219,9 @@ func (h *Handler) newExchange(listener string) *exchange {
 
 func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 	x := h.newExchange(ListenerHTTP)
-	cw := &countingWriter{ResponseWriter: w}
-	cb := countBody(r)
+	x.Context, x.cw.ResponseWriter = r.Context(), w
+	cw := &x.cw
+	cb := countBody(r, &x.cb)
 	defer func() { h.logDecision(r, x, cw, cb) }()
 
 	if r.Method == http.MethodConnect {
@@ -219,8 +257,9 @@ func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 	x := h.newExchange(ListenerHTTPS)
-	cw := &countingWriter{ResponseWriter: w}
-	cb := countBody(r)
+	x.Context, x.cw.ResponseWriter = r.Context(), w
+	cw := &x.cw
+	cb := countBody(r, &x.cb)
 	defer func() { h.logDecision(r, x, cw, cb) }()
 
 	// Reference §3.2 step 4, in order.
@@ -285,6 +324,7 @@ func (h *Handler) forward(w *countingWriter, r *http.Request, x *exchange, hp ho
 	if d.Rule != nil {
 		x.hostLabel = d.Rule.Host
 		x.rewrites = c.rewrites[d.Rule.Index]
+		x.logNames, x.logRefs = c.logNames[d.Rule.Index], c.logRefs[d.Rule.Index]
 	} else {
 		x.hostLabel = telemetry.HostDefaultAllow
 	}
@@ -295,7 +335,7 @@ func (h *Handler) forward(w *countingWriter, r *http.Request, x *exchange, hp ho
 	if x.rewrites != nil {
 		x.secrets = h.secrets.Snapshot()
 	}
-	h.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+	h.rp.ServeHTTP(w, r.WithContext(x))
 }
 
 // rewrite builds the outbound request. It runs after ReverseProxy removed
@@ -358,6 +398,9 @@ func (h *Handler) upstreamResponse(resp *http.Response) error {
 		x.hm.HeaderRewrites.Inc()
 	}
 	h.observeDuration(x)
+	if resp.ProtoMajor == 2 && resp.ContentLength >= coalesceMinBody {
+		resp.Body = newCoalescingBody(resp.Body)
+	}
 	return nil
 }
 
@@ -422,9 +465,15 @@ func (h *Handler) logDecision(r *http.Request, x *exchange, w *countingWriter, i
 		slog.Int64(telemetry.KeyBytesOut, w.n),
 	)
 	if len(x.rewritten) > 0 {
-		attrs = append(attrs, slog.Any(telemetry.KeyHeaderRewritten, x.rewritten))
-		if refs := x.rewrites.SecretRefs(); len(refs) > 0 {
-			attrs = append(attrs, slog.Any(telemetry.KeySecretRef, refs))
+		// Apply reports every name of the set, in order, when it succeeds:
+		// the pre-boxed copy is the same list.
+		if pre, _ := x.logNames.([]string); slices.Equal(pre, x.rewritten) {
+			attrs = append(attrs, slog.Any(telemetry.KeyHeaderRewritten, x.logNames))
+		} else {
+			attrs = append(attrs, slog.Any(telemetry.KeyHeaderRewritten, x.rewritten))
+		}
+		if refs, _ := x.logRefs.([]string); len(refs) > 0 {
+			attrs = append(attrs, slog.Any(telemetry.KeySecretRef, x.logRefs))
 		}
 	}
 	if x.rewriteErr != nil {
@@ -435,7 +484,12 @@ func (h *Handler) logDecision(r *http.Request, x *exchange, w *countingWriter, i
 	if x.errText != "" {
 		attrs = append(attrs, slog.String(telemetry.KeyError, x.errText))
 	}
-	h.logger.LogAttrs(r.Context(), level, "proxy decision", attrs...)
+	// Straight to the handler, as Logger.LogAttrs would, minus the
+	// runtime.Callers stack walk slog does for a source position that no
+	// handler of BotBox prints (about 1% of the CPU per request).
+	rec := slog.NewRecord(time.Now(), level, "proxy decision", 0)
+	rec.AddAttrs(attrs...)
+	_ = h.logger.Handler().Handle(r.Context(), rec)
 }
 
 // countingWriter counts response body bytes and remembers the status. It
@@ -477,11 +531,12 @@ func (c *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func countBody(r *http.Request) *countingBody {
+// countBody makes cb count r's body (nil when r has none).
+func countBody(r *http.Request, cb *countingBody) *countingBody {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil
 	}
-	cb := &countingBody{ReadCloser: r.Body}
+	cb.ReadCloser = r.Body
 	r.Body = cb
 	return cb
 }

@@ -38,14 +38,12 @@ const (
 // Attribute values that implement slog.LogValuer are resolved before they are
 // written, which is how secrets.Value prints as REDACTED.
 //
-// The handler adds no allocation of its own to a record: the timestamp is
-// written by slog straight into its pooled buffer and the level is a constant
-// string. Use Logger.LogAttrs on hot paths.
+// The output is byte for byte that of slog.NewJSONHandler with those key
+// renames; the common records (string, number, boolean and []string
+// attributes) are encoded by a faster path of this package (see jsonHandler)
+// that adds no allocation of its own. Use Logger.LogAttrs on hot paths.
 func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{
-		Level:       level,
-		ReplaceAttr: replaceAttr,
-	}))
+	return slog.New(newJSONHandler(w, level))
 }
 
 // WithTarget returns l with the attribute target=target, naming the component
@@ -98,4 +96,3 @@ func levelName(l slog.Level) string {
 	}
 	return l.String()
 }
-

@@ -112,6 +112,11 @@ func NewTransport(o Options) (*http.Transport, error) {
 		ForceAttemptHTTP2:     true,
 		WriteBufferSize:       32 << 10,
 		ReadBufferSize:        32 << 10,
+		// A proxy passes Accept-Encoding through as the client sent it. Left
+		// on, the transport would add "Accept-Encoding: gzip" to requests
+		// that had none and then gunzip the answer itself (CPU per byte, and
+		// the Content-Length the origin sent is lost).
+		DisableCompression: true,
 	}
 	return tr, nil
 }
