@@ -106,9 +106,10 @@ func New(opts Options) (*Handler, error) {
 		// Responses of known length are flushed at least every 50 ms. It was
 		// -1 (flush every write of every response): ReverseProxy then arms
 		// an immediate timer per response whose goroutine often flushed the
-		// head alone, a second write syscall per request, and the
-		// goroutine, timer and flush cost about 10% of the CPU per request
-		// (docs/performance.md).
+		// head alone, a second write syscall per request; the goroutine,
+		// timer and flush cost 7-10% of the CPU per small request
+		// (docs/performance.md). TestKnownLengthBodyFlushedPromptly holds
+		// the bound.
 		FlushInterval:  50 * time.Millisecond,
 		ErrorHandler:   h.upstreamError,
 		ModifyResponse: h.upstreamResponse,
@@ -123,7 +124,8 @@ func compile(p config.Policy) (*compiled, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compiling egress policy: %w", err)
 	}
-	c := &compiled{policy: pol, rewrites: make([]*rewrite.Set, len(p.Rules)), logNames: make([]any, len(p.Rules)), logRefs: make([]any, len(p.Rules))}
+	n := len(p.Rules)
+	c := &compiled{policy: pol, rewrites: make([]*rewrite.Set, n), logNames: make([]any, n), logRefs: make([]any, n)}
 	for i, r := range p.Rules {
 		if len(r.HeaderRewrites) == 0 {
 			continue
@@ -154,8 +156,9 @@ func (h *Handler) Intercepted() http.Handler { return http.HandlerFunc(h.serveIn
 // It is also the context of the forwarded request (it embeds the server's
 // request context and answers Value(exchangeKey{}) with itself), and holds
 // the counting response writer and request body: one allocation instead of
-// four (context.WithValue, the exchange, the writer, the body). Cancellation, deadline and
-// every other value come from the embedded context unchanged.
+// four (context.WithValue, the exchange, the writer, the body).
+// Cancellation, deadline and every other value come from the embedded
+// context unchanged.
 type exchange struct {
 	context.Context
 	cw           countingWriter
@@ -398,6 +401,8 @@ func (h *Handler) upstreamResponse(resp *http.Response) error {
 		x.hm.HeaderRewrites.Inc()
 	}
 	h.observeDuration(x)
+	// Large HTTP/2 bodies: one flow-control update per 256 KiB instead of
+	// per 32 KiB (see coalescingBody).
 	if resp.ProtoMajor == 2 && resp.ContentLength >= coalesceMinBody {
 		resp.Body = newCoalescingBody(resp.Body)
 	}
@@ -445,7 +450,7 @@ func (h *Handler) logDecision(r *http.Request, x *exchange, w *countingWriter, i
 	}
 	var bytesIn int64
 	if in != nil {
-		bytesIn = in.n
+		bytesIn = in.n.Load()
 	}
 	attrs := make([]slog.Attr, 0, 18)
 	attrs = append(attrs,
@@ -522,12 +527,14 @@ func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter 
 // countingBody counts request body bytes read by the upstream round trip.
 type countingBody struct {
 	io.ReadCloser
-	n int64
+	// n is atomic: the transport reads the body on its own goroutine,
+	// and a full-duplex body may still be read when the line is logged.
+	n atomic.Int64
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
 	n, err := c.ReadCloser.Read(p)
-	c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
 

@@ -857,19 +857,22 @@ func TestConnLimitPermitsReturned(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
 	go srv.Serve(limit.Listener(ln, telemetry.NewLogger(io.Discard, nil), "dropped"))
 	defer srv.Close()
-	for range 50 {
+	// With a limit of 2, 50 sequential connections only succeed if each one
+	// gives its permit back; the server closes asynchronously, so wait for
+	// the release before the next connection rather than racing it.
+	for i := range 50 {
 		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 		resp, err := c.Get("http://" + ln.Addr().String() + "/")
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("connection %d: %v", i, err)
 		}
 		resp.Body.Close()
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for limit.InUse() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d permits still held after every connection closed", limit.InUse())
+		deadline := time.Now().Add(5 * time.Second)
+		for limit.InUse() != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("connection %d: %d permits still held after the connection closed", i, limit.InUse())
+			}
+			time.Sleep(time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
