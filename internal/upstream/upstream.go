@@ -110,6 +110,16 @@ func NewTransport(o Options) (*http.Transport, error) {
 		MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
+		// Go's HTTP/2 client defaults (4 MiB per connection, 16 KiB frames)
+		// made a 256 MiB download cost a WINDOW_UPDATE write every 32 KiB:
+		// 0.71x nginx's throughput. Larger windows and frames brought it to
+		// 1.02x with 28% less CPU per MiB (docs/performance.md). Memory stays
+		// bounded: at most 8 MiB of unread data per origin connection.
+		HTTP2: &http.HTTP2Config{
+			MaxReceiveBufferPerConnection: 8 << 20,
+			MaxReceiveBufferPerStream:     4 << 20,
+			MaxReadFrameSize:              1 << 20,
+		},
 		WriteBufferSize:       32 << 10,
 		ReadBufferSize:        32 << 10,
 		// A proxy passes Accept-Encoding through as the client sent it. Left
