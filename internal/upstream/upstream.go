@@ -120,8 +120,8 @@ func NewTransport(o Options) (*http.Transport, error) {
 			MaxReceiveBufferPerStream:     4 << 20,
 			MaxReadFrameSize:              1 << 20,
 		},
-		WriteBufferSize:       32 << 10,
-		ReadBufferSize:        32 << 10,
+		WriteBufferSize: 32 << 10,
+		ReadBufferSize:  32 << 10,
 		// A proxy passes Accept-Encoding through as the client sent it. Left
 		// on, the transport would add "Accept-Encoding: gzip" to requests
 		// that had none and then gunzip the answer itself (CPU per byte, and
