@@ -8,6 +8,6 @@ import (
 )
 
 // runNetfilter is the init container's job: `botbox netfilter install|print|remove`.
-func runNetfilter(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	return netfilter.RunCommand(ctx, args, getenv, stdout, stderr)
+func runNetfilter(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
+	return netfilter.RunCommandLookup(ctx, args, lookupEnv, stdout, stderr)
 }

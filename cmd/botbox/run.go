@@ -28,7 +28,10 @@ Usage:
 `
 
 // run dispatches on the subcommand and returns the process exit code.
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+// lookupEnv has os.LookupEnv's semantics: the init step must tell an empty
+// variable from an unset one, as the reference script does.
+func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
+	getenv := func(k string) string { v, _ := lookupEnv(k); return v }
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		switch {
 		case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-V"):
@@ -48,7 +51,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "explain":
 		return runExplain(rest, stdout, stderr)
 	case "netfilter":
-		return runNetfilter(ctx, rest, getenv, stdout, stderr)
+		return runNetfilter(ctx, rest, lookupEnv, stdout, stderr)
 	case "ca":
 		return runCA(rest, stdout, stderr)
 	case "probe":

@@ -19,10 +19,10 @@ import (
 func runArgs(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	getenv := func(k string) string { return env[k] }
+	lookupEnv := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	code = run(ctx, args, getenv, &out, &errb)
+	code = run(ctx, args, lookupEnv, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -245,5 +245,9 @@ func TestNetfilterPrintDefaults(t *testing.T) {
 	}
 	if code, _, errOut := runArgs(t, nil, "netfilter", "print"); code != 1 || !strings.Contains(errOut, "BOTBOX_ENABLE_IPV6 is not set") {
 		t.Errorf("unset IPv6 variable: %d %q", code, errOut)
+	}
+	// Set but empty is "set" for the reference script: it fails the 0-or-1 check.
+	if code, _, errOut := runArgs(t, map[string]string{"BOTBOX_ENABLE_IPV6": ""}, "netfilter", "print"); code != 1 || !strings.Contains(errOut, "must be 0 or 1 (got '')") {
+		t.Errorf("empty IPv6 variable: %d %q", code, errOut)
 	}
 }

@@ -43,10 +43,16 @@ Environment (empty means the default):
 // checks verbatim, in the reference script's words). It returns 0 on
 // success, 1 when a check or an iptables call fails, 2 on a usage error.
 func RunCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	return runCommand(ctx, args, getenv, ExecRunner{}, stdout, stderr)
+	return runCommand(ctx, args, lookupOf(getenv), ExecRunner{}, stdout, stderr)
 }
 
-func runCommand(ctx context.Context, args []string, getenv func(string) string, r Runner, stdout, stderr io.Writer) int {
+// RunCommandLookup is RunCommand with os.LookupEnv semantics (see
+// ParseEnvLookup); the botbox binary uses it.
+func RunCommandLookup(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	return runCommand(ctx, args, lookup, ExecRunner{}, stdout, stderr)
+}
+
+func runCommand(ctx context.Context, args []string, lookup func(string) (string, bool), r Runner, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, commandUsage)
 		return exitUsage
@@ -81,7 +87,7 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 	}
 
 	if sub == "remove" {
-		s, err := parseEnvForRemove(getenv)
+		s, err := parseEnvForRemove(lookup)
 		if err != nil {
 			return fail(stderr, err)
 		}
@@ -91,7 +97,7 @@ func runCommand(ctx context.Context, args []string, getenv func(string) string, 
 		return exitOK
 	}
 
-	s, warnings, err := ParseEnv(getenv)
+	s, warnings, err := parseEnv(lookup, true)
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, w)
 	}

@@ -108,7 +108,7 @@ func TestRunCommand(t *testing.T) {
 				tt.setup(k)
 			}
 			var stdout, stderr strings.Builder
-			code := runCommand(context.Background(), tt.args, getenvFrom(tt.env), k, &stdout, &stderr)
+			code := runCommand(context.Background(), tt.args, lookupOf(getenvFrom(tt.env)), k, &stdout, &stderr)
 			if code != tt.wantCode {
 				t.Errorf("exit code = %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
 			}

@@ -165,26 +165,43 @@ func ipv6DisabledWarning() []string {
 // returned even when err is not nil, so the caller can print them first as
 // the script does. Errors are *CheckError values (possibly joined).
 func ParseEnv(getenv func(string) string) (s Settings, warnings []string, err error) {
-	return parseEnv(getenv, true)
+	return parseEnv(lookupOf(getenv), true)
+}
+
+// ParseEnvLookup is ParseEnv with os.LookupEnv semantics: a variable set to
+// the empty string counts as set, so an empty BOTBOX_ENABLE_IPV6 fails the
+// "must be 0 or 1 (got ”)" check, exactly as in the reference script, rather
+// than the "is not set" one.
+func ParseEnvLookup(lookup func(string) (string, bool)) (s Settings, warnings []string, err error) {
+	return parseEnv(lookup, true)
+}
+
+// lookupOf adapts a getenv function: "" means unset.
+func lookupOf(getenv func(string) string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v := getenv(k)
+		return v, v != ""
+	}
 }
 
 // parseEnvForRemove is ParseEnv for `remove`: BOTBOX_ENABLE_IPV6 is optional
 // (remove always cleans IPv6 when ip6tables exists), there are no warnings and
 // no conflict check, but every value that is set is still validated.
-func parseEnvForRemove(getenv func(string) string) (Settings, error) {
-	s, _, err := parseEnv(getenv, false)
+func parseEnvForRemove(lookup func(string) (string, bool)) (Settings, error) {
+	s, _, err := parseEnv(lookup, false)
 	return s, err
 }
 
-func parseEnv(getenv func(string) string, install bool) (Settings, []string, error) {
+func parseEnv(lookup func(string) (string, bool), install bool) (Settings, []string, error) {
+	getenv := func(k string) string { v, _ := lookup(k); return v }
 	s := DefaultSettings()
 	var warnings []string
 
-	v6 := getenv(EnvIPv6)
-	if install && v6 == "" {
+	v6, v6Set := lookup(EnvIPv6)
+	if install && !v6Set {
 		return Settings{}, nil, errIPv6NotSet()
 	}
-	if v6 != "" && v6 != "0" && v6 != "1" {
+	if (v6 != "" || install) && v6 != "0" && v6 != "1" {
 		return Settings{}, nil, errNotBool(EnvIPv6, v6)
 	}
 	s.IPv6 = v6 == "1"

@@ -339,7 +339,7 @@ func TestParseEnvForRemove(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseEnvForRemove(getenvFrom(tt.env))
+			got, err := parseEnvForRemove(lookupOf(getenvFrom(tt.env)))
 			gotErr := ""
 			if err != nil {
 				gotErr = err.Error()

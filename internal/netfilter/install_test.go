@@ -254,7 +254,7 @@ func TestRemove(t *testing.T) {
 			t.Fatal(err)
 		}
 		k.seed(IPv6, TableFilter, "OUTPUT", "-j EGRESS_FILTER") // a duplicate
-		rs, err := parseEnvForRemove(getenvFrom(nil))
+		rs, err := parseEnvForRemove(lookupOf(getenvFrom(nil)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -147,7 +147,7 @@ func TestPrivilegedInstallEveryCombination(t *testing.T) {
 			ctx := context.Background()
 			for run := 1; run <= 2; run++ {
 				var stdout, stderr strings.Builder
-				if code := runCommand(ctx, []string{"install"}, getenvFrom(tc.env), r, &stdout, &stderr); code != 0 {
+				if code := runCommand(ctx, []string{"install"}, lookupOf(getenvFrom(tc.env)), r, &stdout, &stderr); code != 0 {
 					t.Fatalf("install run %d: exit %d\nstdout:\n%s\nstderr:\n%s", run, code, stdout.String(), stderr.String())
 				}
 				if !strings.Contains(stdout.String(), "Chain "+s.FilterChain+" (1 references)") {
@@ -157,7 +157,7 @@ func TestPrivilegedInstallEveryCombination(t *testing.T) {
 			}
 			removeEnv := map[string]string{EnvNATChain: tc.env[EnvNATChain], EnvFilterChain: tc.env[EnvFilterChain]}
 			var stdout, stderr strings.Builder
-			if code := runCommand(ctx, []string{"remove"}, getenvFrom(removeEnv), r, &stdout, &stderr); code != 0 {
+			if code := runCommand(ctx, []string{"remove"}, lookupOf(getenvFrom(removeEnv)), r, &stdout, &stderr); code != 0 {
 				t.Fatalf("remove: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 			}
 			checkNoBotBox(t, ns, s)
