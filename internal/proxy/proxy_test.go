@@ -23,6 +23,7 @@ import (
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/testutil/logcapture"
 	"github.com/botbox/botbox/internal/testutil/testpki"
+	"github.com/botbox/botbox/internal/testutil/wsecho"
 	"github.com/botbox/botbox/internal/upstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -573,46 +574,18 @@ func TestSSEStreamsUnbuffered(t *testing.T) {
 
 func TestWebSocketPassThrough(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	e.originMux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "websocket" || r.Header.Get("Authorization") != "Bearer sk-test-12345" {
-			http.Error(w, "bad upgrade", http.StatusBadRequest)
-			return
+	e.originMux.HandleFunc("/ws", wsecho.Handler(func(r *http.Request) string {
+		if r.Header.Get("Authorization") != "Bearer sk-test-12345" {
+			return "credential not injected into the upgrade request"
 		}
-		c, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-		_ = brw.Flush()
-		line, err := brw.ReadString('\n')
-		if err != nil {
-			return
-		}
-		fmt.Fprint(brw, "echo: "+line)
-		_ = brw.Flush()
-	})
+		return ""
+	}))
 	c, err := net.Dial("tcp", e.plain.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nAuthorization: Bearer agent\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("status %d %q", resp.StatusCode, b)
-	}
-	fmt.Fprint(c, "hello\n")
-	line, err := br.ReadString('\n')
-	if err != nil || line != "echo: hello\n" {
-		t.Fatalf("got %q, %v", line, err)
-	}
+	wsecho.RoundTrip(t, c, "api.example.test", "/ws", "Authorization: Bearer agent\r\n")
 }
 
 // TestLargeBodyStreamsWithFlatMemory streams 256 MiB through the proxy and

@@ -22,6 +22,7 @@ import (
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/testutil/logcapture"
 	"github.com/botbox/botbox/internal/testutil/testpki"
+	"github.com/botbox/botbox/internal/testutil/wsecho"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -70,21 +71,7 @@ func start(t *testing.T, o harnessOpts) *harness {
 		}
 		switch r.URL.Path {
 		case "/ws":
-			if r.Header.Get("Upgrade") != "websocket" {
-				http.Error(w, "not an upgrade", http.StatusBadRequest)
-				return
-			}
-			c, brw, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
-			_ = brw.Flush()
-			if line, err := brw.ReadString('\n'); err == nil {
-				fmt.Fprint(brw, "echo: "+line)
-				_ = brw.Flush()
-			}
+			wsecho.Handler(nil)(w, r)
 		case "/stream":
 			// gRPC-style bidirectional stream: echo each line as it arrives,
 			// then a trailer.
@@ -833,21 +820,8 @@ func TestInterceptionWebSocketUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("status %d", resp.StatusCode)
-	}
+	wsecho.RoundTrip(t, c, "api.example.test", "/ws", "")
 	if got := h.lastSeen().Get("Authorization"); got != "Bearer "+canary {
 		t.Error("upgrade request not injected")
-	}
-	fmt.Fprint(c, "ping\n")
-	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
-		t.Fatalf("got %q %v", line, err)
 	}
 }
