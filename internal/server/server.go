@@ -118,6 +118,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		ConnectTimeout:        cfg.Timeouts.UpstreamConnect,
 		ResponseHeaderTimeout: cfg.Timeouts.UpstreamResponseHeader,
 		IdleConnTimeout:       cfg.Timeouts.UpstreamIdleConn,
+		MaxConnsPerHost:       cfg.UpstreamMaxConnsPerHost,
+		MaxIdleConns:          cfg.UpstreamMaxIdleConns,
 		Dial:                  opts.Dial,
 	})
 	if err != nil {
