@@ -209,9 +209,22 @@ func TestGuardRefusalThroughTransport(t *testing.T) {
 // request succeeds; also for an injected dialer, which dials an address of
 // its own choosing: the guard sees where the connection really goes.
 func TestGuardSeesDialledAddress(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2], func(t *testing.T) {
+			testGuardSeesDialledAddress(t, h2)
+		})
+	}
+}
+
+func testGuardSeesDialledAddress(t *testing.T, h2 bool) {
 	ca := testpki.NewCA(t, "guard")
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if want := map[bool]int{false: 1, true: 2}[h2]; r.ProtoMajor != want {
+			t.Errorf("origin got %s, want HTTP/%d", r.Proto, want)
+		}
+	}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, "127.0.0.1", "origin.test")}}
+	srv.EnableHTTP2 = h2
 	srv.StartTLS()
 	defer srv.Close()
 	originAddr := srv.Listener.Addr().(*net.TCPAddr).AddrPort()
