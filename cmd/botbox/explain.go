@@ -284,6 +284,11 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
           or enable https_interception.
 `, res.status, plain.String())
 	}
+	if res.listener == proxy.ListenerHTTP && !res.httpsWithoutInterception && u.Port() != "" && u.Port() != "80" {
+		fmt.Fprintf(w, "note:     this is the answer for a client using BotBox as HTTP_PROXY; transparently redirected,\n"+
+			"          only TCP to port 80 (BOTBOX_REDIRECT_FROM_PORT of the init step) reaches BotBox, and\n"+
+			"          TCP to port %s is dropped\n", u.Port())
+	}
 	if res.listener == proxy.ListenerHTTPS && !forwarded && e.cfg.Interception.DenyHandshakeOnDisallowedSNI && decision == telemetry.DecisionDeny {
 		fmt.Fprintln(w, "note:     deny_handshake_on_disallowed_sni is on: a client whose SNI is not allowed gets a TLS handshake failure instead of this response")
 	}

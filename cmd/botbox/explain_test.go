@@ -43,7 +43,7 @@ func TestExplain(t *testing.T) {
 		{[]string{"http://API.OpenAI.com./v1"}, []string{"decision: allow", "host:     api.openai.com"}, 0},
 		{[]string{"--method", "post", "http://api.openai.com/v1"}, []string{"request:  POST", "decision: allow"}, 0},
 		{[]string{"http://api.openai.com:8443/"}, []string{"decision: deny", "status:   403", "reason:   port_not_allowed", "443 only"}, 1},
-		{[]string{"http://internal.example.com:8443/"}, []string{"decision: allow", "allowed_ports [8443]", "upstream: https://internal.example.com:8443/", "headers:  none injected"}, 0},
+		{[]string{"http://internal.example.com:8443/"}, []string{"decision: allow", "allowed_ports [8443]", "upstream: https://internal.example.com:8443/", "headers:  none injected", "TCP to port 8443 is dropped"}, 0},
 		{[]string{"http://blocked.example.com/"}, []string{"decision: deny", "reason:   rule_deny", "status:   403"}, 1},
 		{[]string{"http://evil.test/"}, []string{"decision: deny", "reason:   default_deny"}, 1},
 		{[]string{"http://x@api.openai.com/"}, []string{"decision: deny", "status:   400"}, 1},
