@@ -1,19 +1,47 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/botbox/botbox/internal/config"
-	"github.com/botbox/botbox/internal/hostport"
-	"github.com/botbox/botbox/internal/policy"
+	"github.com/botbox/botbox/internal/proxy"
+	"github.com/botbox/botbox/internal/secrets"
+	"github.com/botbox/botbox/internal/telemetry"
 )
 
-// runExplain prints the decision the proxy would take for one request, with
-// the same canonicalisation and policy code as the proxy. Secret values are
-// never read: only header names and secret refs are shown.
+// explainPlaceholder is the value every present secret has during explain:
+// the secret files are checked for presence only, never read.
+const explainPlaceholder = "explain-placeholder"
+
+// runExplain prints what BotBox would do with one request. It does not
+// repeat the proxy's checks: it runs the request through the real handler
+// (proxy.New with the loaded configuration) with a transport that records
+// the outbound request and answers 200 without touching the network, and
+// an in-memory secret source holding a placeholder for every referenced
+// secret whose file exists in secrets_dir (presence only: values are never
+// read). The decision, reason and status are those of the handler's own
+// decision line, so explain cannot disagree with the proxy.
+//
+// Exit codes: 0 the request would be forwarded, 1 it would not (denied,
+// refused, or failing, e.g. a missing secret), 2 usage or an unloadable
+// configuration (no decision).
 func runExplain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("botbox explain", stderr)
 	path := configFlag(fs)
@@ -21,92 +49,282 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	const use = "usage: botbox explain -c PATH [--method M] URL"
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: botbox explain -c PATH [--method M] URL")
+		fmt.Fprintln(stderr, use)
 		return exitUsage
 	}
 	raw := fs.Arg(0)
-	cfg, err := config.Load(*path)
-	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return exitError
-	}
-	pol, err := policy.Compile(cfg.Policy)
-	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return exitError
+	m := strings.ToUpper(*method)
+	if !httpguts.ValidHeaderFieldName(m) { // a method is a token
+		fmt.Fprintf(stderr, "botbox explain: invalid method %q\n%s\n", *method, use)
+		return exitUsage
 	}
 	target := raw
 	if !strings.Contains(target, "://") {
 		target = "http://" + target
 	}
 	u, err := url.Parse(target)
-	if err != nil || u.Host == "" {
-		fmt.Fprintf(stdout, "decision: deny (400 invalid request target)\nreason:   cannot parse %q as a URL\n", raw)
-		return exitOK
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") || strings.ContainsAny(raw, " \t\r\n") {
+		fmt.Fprintf(stderr, "botbox explain: %q is not an http:// or https:// URL\n%s\n", raw, use)
+		return exitUsage
 	}
-	m := strings.ToUpper(*method)
-	if m == "CONNECT" {
-		fmt.Fprintln(stdout, "decision: deny (405 CONNECT method not allowed)\nreason:   CONNECT tunnels are never allowed")
-		return exitOK
-	}
-	if u.User != nil {
-		fmt.Fprintln(stdout, "decision: deny (400 invalid host)\nreason:   userinfo in the request target")
-		return exitOK
-	}
-	hp, err := hostport.Parse(u.Host)
+	cfg, err := config.Load(*path)
 	if err != nil {
-		fmt.Fprintf(stdout, "decision: deny (400 invalid host)\nreason:   %v\n", err)
-		return exitOK
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitUsage
 	}
-	d := pol.Decide(policy.Target{Host: hp, Method: m, Path: u.Path})
+
+	e, err := newExplainer(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitUsage
+	}
 	fmt.Fprintf(stdout, "request:  %s %s\n", m, raw)
-	fmt.Fprintf(stdout, "host:     %s\nport:     %d", hp.Host, d.Port)
-	if !hp.HasPort {
-		fmt.Fprint(stdout, " (no port given: evaluated as 443)")
+	res, err := e.run(m, u)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitUsage
 	}
-	fmt.Fprintln(stdout)
-	if !d.Allowed() {
-		fmt.Fprintf(stdout, "decision: deny (403 host not allowed)\nreason:   %s\n", d.Reason)
-		if d.Rule != nil {
-			fmt.Fprintf(stdout, "rule:     egress_policy.rules[%d] (host %s)\n", d.Rule.Index, d.Rule.Host)
-			if len(d.Rule.AllowedPorts) > 0 {
-				fmt.Fprintf(stdout, "ports:    allowed_ports %v\n", d.Rule.AllowedPorts)
-			} else {
-				fmt.Fprintln(stdout, "ports:    443 only (allowed_ports not set)")
-			}
-		}
-		return exitOK
-	}
-	fmt.Fprintf(stdout, "decision: allow\nreason:   %s\n", d.Reason)
-	fmt.Fprintf(stdout, "upstream: https://%s%s\n", hp.Authority(443), pathOrSlash(u.EscapedPath()))
-	if d.Rule == nil {
-		fmt.Fprintln(stdout, "rule:     none (default_action: allow; no header rewrites)")
-		return exitOK
-	}
-	fmt.Fprintf(stdout, "rule:     egress_policy.rules[%d] (host %s)\n", d.Rule.Index, d.Rule.Host)
-	if len(d.Rule.AllowedPorts) > 0 {
-		fmt.Fprintf(stdout, "ports:    allowed_ports %v\n", d.Rule.AllowedPorts)
-	} else {
-		fmt.Fprintln(stdout, "ports:    443 only (allowed_ports not set)")
-	}
-	rws := cfg.Policy.Rules[d.Rule.Index].HeaderRewrites
-	if len(rws) == 0 {
-		fmt.Fprintln(stdout, "headers:  none injected")
-	}
-	for _, rw := range rws {
-		if rw.SecretRef != "" {
-			fmt.Fprintf(stdout, "header:   %s (replaces any client value; from secret %q)\n", rw.Name, rw.SecretRef)
-		} else {
-			fmt.Fprintf(stdout, "header:   %s (replaces any client value; static)\n", rw.Name)
-		}
-	}
-	return exitOK
+	return e.print(stdout, u, res)
 }
 
-func pathOrSlash(p string) string {
-	if p == "" {
-		return "/"
+// explainer holds the real handler and its recording dependencies.
+type explainer struct {
+	cfg     *config.Config
+	handler *proxy.Handler
+	rt      *recordingTransport
+	logs    *bytes.Buffer
+	missing map[string]string // secret_ref -> the path that does not exist
+}
+
+func newExplainer(cfg *config.Config) (*explainer, error) {
+	e := &explainer{cfg: cfg, rt: &recordingTransport{}, logs: &bytes.Buffer{}, missing: map[string]string{}}
+	values := map[string]secrets.Value{}
+	for _, ref := range cfg.RequiredSecretRefs() {
+		p := filepath.Join(cfg.SecretsDir, ref)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			values[ref] = secrets.NewValue([]byte(explainPlaceholder))
+		} else {
+			e.missing[ref] = p
+		}
 	}
-	return p
+	h, err := proxy.New(proxy.Options{
+		Config:    cfg,
+		Secrets:   staticSecrets{secrets.NewSnapshot(values)},
+		Transport: e.rt,
+		Metrics:   telemetry.NewMetrics(),
+		Logger:    telemetry.NewLogger(e.logs, slog.LevelDebug),
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.handler = h
+	return e, nil
+}
+
+// staticSecrets is a proxy.SecretSource with a fixed snapshot.
+type staticSecrets struct{ snap *secrets.Snapshot }
+
+func (s staticSecrets) Snapshot() *secrets.Snapshot { return s.snap }
+
+// recordingTransport records the request the handler would send upstream
+// and answers 200 with an empty body. It never dials.
+type recordingTransport struct {
+	out *http.Request
+}
+
+func (t *recordingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	t.out = r
+	if r.Body != nil {
+		_ = r.Body.Close()
+	}
+	return &http.Response{
+		Status: "200 OK", StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{}, Body: http.NoBody, Request: r,
+	}, nil
+}
+
+// explainResult is what the handler did.
+type explainResult struct {
+	listener string // proxy.ListenerHTTP or proxy.ListenerHTTPS
+	// httpsWithoutInterception: an https:// URL with interception off; the
+	// request was run as the CONNECT an explicit-proxy client sends.
+	httpsWithoutInterception bool
+	status                   int
+	line                     map[string]any // the handler's decision line
+}
+
+// run builds the request as the listener would receive it and serves it.
+func (e *explainer) run(method string, u *url.URL) (*explainResult, error) {
+	res := &explainResult{listener: proxy.ListenerHTTP}
+	var head string
+	var h http.Handler
+	switch {
+	case u.Scheme == "https" && e.cfg.Interception.Enabled && method != http.MethodConnect:
+		// Transparent interception: origin-form on a TLS connection whose
+		// SNI is the URL's host.
+		res.listener = proxy.ListenerHTTPS
+		head = fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\n\r\n", method, u.RequestURI(), u.Host)
+		h = e.handler.Intercepted()
+	case u.Scheme == "https" || method == http.MethodConnect:
+		// With interception off an https:// request reaches BotBox only as
+		// an explicit proxy's CONNECT (transparent 443 traffic is dropped).
+		res.httpsWithoutInterception = u.Scheme == "https" && !e.cfg.Interception.Enabled
+		authority := u.Host
+		if u.Port() == "" {
+			authority = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+		}
+		head = fmt.Sprintf("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
+		h = e.handler.Plain()
+	default:
+		// The plain listener, as an explicit proxy client sends it
+		// (absolute-form); a transparently redirected client sends the
+		// same host in its Host header, which the handler treats alike.
+		v := *u
+		v.Fragment, v.RawFragment = "", ""
+		head = fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\n\r\n", method, v.String(), u.Host)
+		h = e.handler.Plain()
+	}
+	req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head)))
+	if err != nil {
+		return nil, fmt.Errorf("building the request: %w", err)
+	}
+	req.RemoteAddr = "127.0.0.1:1"
+	if res.listener == proxy.ListenerHTTPS {
+		sni := u.Hostname()
+		if _, err := netip.ParseAddr(sni); err == nil {
+			sni = "" // clients send no SNI for an IP literal
+		}
+		req.TLS = &tls.ConnectionState{HandshakeComplete: true, ServerName: sni, Version: tls.VersionTLS13}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	res.status = rec.Code
+	for line := range strings.Lines(e.logs.String()) {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m[telemetry.KeyDecision] != nil {
+			res.line = m
+		}
+	}
+	if res.line == nil {
+		return nil, fmt.Errorf("the handler logged no decision line (status %d)", res.status)
+	}
+	return res, nil
+}
+
+// print writes the explanation and returns the exit code.
+func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
+	str := func(k string) string { s, _ := res.line[k].(string); return s }
+	listener := "plain proxy listener"
+	if res.listener == proxy.ListenerHTTPS {
+		listener = "HTTPS interception listener"
+	}
+	fmt.Fprintf(w, "listener: %s (%s)\n", res.listener, listener)
+	if host := str(telemetry.KeyHost); host != "" {
+		fmt.Fprintf(w, "host:     %s\n", host)
+	}
+	if port, ok := res.line[telemetry.KeyPort].(float64); ok && port > 0 {
+		fmt.Fprintf(w, "port:     %d", int(port))
+		if u.Port() == "" && res.listener == proxy.ListenerHTTP && !res.httpsWithoutInterception {
+			fmt.Fprint(w, " (no port given: evaluated as 443, the upstream is always TLS)")
+		}
+		fmt.Fprintln(w)
+	}
+
+	forwarded := e.rt.out != nil && res.status == http.StatusOK
+	decision := str(telemetry.KeyDecision)
+	switch {
+	case forwarded:
+		fmt.Fprintln(w, "decision: allow")
+	case decision == telemetry.DecisionAllow:
+		fmt.Fprintln(w, "decision: allow by policy, but the request fails before leaving")
+	case decision == telemetry.DecisionDeny || decision == "":
+		fmt.Fprintln(w, "decision: deny")
+	default:
+		fmt.Fprintf(w, "decision: deny (%s)\n", decision)
+	}
+	fmt.Fprintf(w, "status:   %d", res.status)
+	if forwarded {
+		fmt.Fprint(w, " (the origin's status; explain does not contact it)")
+	}
+	fmt.Fprintln(w)
+	if reason := str(telemetry.KeyReason); reason != "" {
+		fmt.Fprintf(w, "reason:   %s\n", reason)
+	}
+	rule := e.rule(str(telemetry.KeyRule))
+	if rule != nil {
+		fmt.Fprintf(w, "rule:     egress_policy.rules[%d] (host %s, action %s)\n", rule.Index, rule.Host, rule.Action)
+		if rule.AllowedPorts != nil {
+			fmt.Fprintf(w, "ports:    allowed_ports %v\n", rule.AllowedPorts)
+		} else {
+			fmt.Fprintln(w, "ports:    443 only (allowed_ports not set)")
+		}
+	} else if decision == telemetry.DecisionAllow {
+		fmt.Fprintln(w, "rule:     none (default_action: allow; no header rewrites)")
+	}
+	if forwarded {
+		fmt.Fprintf(w, "upstream: %s\n", e.rt.out.URL.String())
+		e.printHeaders(w, rule)
+	}
+	if decision == telemetry.DecisionAllow && !forwarded && rule != nil {
+		for _, rw := range rule.HeaderRewrites {
+			if p, ok := e.missing[rw.SecretRef]; ok && rw.SecretRef != "" {
+				fmt.Fprintf(w, "secret:   %q for header %s: no file %s; the real request gets %d and is not forwarded\n", rw.SecretRef, rw.Name, p, res.status)
+			}
+		}
+	}
+	if res.httpsWithoutInterception {
+		plain := *u
+		plain.Scheme = "http"
+		fmt.Fprintf(w, `note:     https_interception is disabled, so BotBox never sees an https:// request:
+          transparently redirected, TCP to port 443 is dropped by the init rules (the client
+          sees a connection timeout); as an explicit proxy (HTTPS_PROXY) the client sends
+          CONNECT, answered %d (above). Use %s (BotBox originates TLS to the origin)
+          or enable https_interception.
+`, res.status, plain.String())
+	}
+	if res.listener == proxy.ListenerHTTP && !res.httpsWithoutInterception && u.Port() != "" && u.Port() != "80" {
+		fmt.Fprintf(w, "note:     this is the answer for a client using BotBox as HTTP_PROXY; transparently redirected,\n"+
+			"          only TCP to port 80 (BOTBOX_REDIRECT_FROM_PORT of the init step) reaches BotBox, and\n"+
+			"          TCP to port %s is dropped\n", u.Port())
+	}
+	if res.listener == proxy.ListenerHTTPS && !forwarded && e.cfg.Interception.DenyHandshakeOnDisallowedSNI && decision == telemetry.DecisionDeny {
+		fmt.Fprintln(w, "note:     deny_handshake_on_disallowed_sni is on: a client whose SNI is not allowed gets a TLS handshake failure instead of this response")
+	}
+	if forwarded {
+		return exitOK
+	}
+	return exitError
+}
+
+// rule returns the configured rule for a canonical host, nil if none.
+func (e *explainer) rule(host string) *config.Rule {
+	if host == "" {
+		return nil
+	}
+	i := slices.IndexFunc(e.cfg.Policy.Rules, func(r config.Rule) bool { return r.Host == host })
+	if i < 0 {
+		return nil
+	}
+	return &e.cfg.Policy.Rules[i]
+}
+
+// printHeaders lists the headers the handler injected into the outbound
+// request: names and secret refs, never values.
+func (e *explainer) printHeaders(w io.Writer, rule *config.Rule) {
+	if rule == nil || len(rule.HeaderRewrites) == 0 {
+		fmt.Fprintln(w, "headers:  none injected")
+		return
+	}
+	for _, rw := range rule.HeaderRewrites {
+		if len(e.rt.out.Header.Values(rw.Name)) == 0 {
+			continue // not sent: never claim an injection the handler did not make
+		}
+		if rw.SecretRef != "" {
+			fmt.Fprintf(w, "header:   %s (replaces any client value; from secret %q)\n", rw.Name, rw.SecretRef)
+		} else {
+			fmt.Fprintf(w, "header:   %s (replaces any client value; static)\n", rw.Name)
+		}
+	}
 }

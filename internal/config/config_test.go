@@ -179,6 +179,9 @@ func TestDefaults(t *testing.T) {
 		},
 		SecretsReloadDebounce: 2 * time.Second,
 		SecretsResyncInterval: 30 * time.Second,
+
+		UpstreamMaxConnsPerHost: 512,
+		UpstreamMaxIdleConns:    1024,
 	}
 	if d := cmp.Diff(want, c, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
@@ -459,6 +462,9 @@ func TestStrictness(t *testing.T) {
 		},
 		{name: "max_connections 0", src: "max_connections: 0\n" + minimal, wants: []string{"line 1: max_connections: 0 must be between 1 and 4294967295"}},
 		{name: "max_connections negative", src: "max_connections: -5\n" + minimal, wants: []string{"max_connections: -5 must be between 1"}},
+		{name: "upstream_max_conns_per_host 0", src: "upstream_max_conns_per_host: 0\n" + minimal, wants: []string{"line 1: upstream_max_conns_per_host: 0 must be between 1 and 65535"}},
+		{name: "upstream_max_conns_per_host too large", src: "upstream_max_conns_per_host: 65536\n" + minimal, wants: []string{"line 1: upstream_max_conns_per_host: 65536 must be between 1 and 65535"}},
+		{name: "upstream_max_idle_conns 0", src: "upstream_max_idle_conns: 0\n" + minimal, wants: []string{"line 1: upstream_max_idle_conns: 0 must be between 1 and 1048576"}},
 		{name: "float through alias", src: "x-port: &p 8080.5\n" + minimal, wants: []string{`line 1: x-port: unknown key`}},
 		{name: "float port via alias", src: "listen_port: &p 80.5\nmetrics_port: *p\n" + minimal, wants: []string{`line 1: listen_port: expected an integer, got a number "80.5"`, `line 2: metrics_port: expected an integer, got a number "80.5"`}},
 		{name: "missing egress_policy", src: "listen_port: 8080\n", wants: []string{"egress_policy: required key is missing"}},
@@ -524,7 +530,12 @@ idle_timeout_seconds: 60
 shutdown_timeout_seconds: 10
 secrets_reload_debounce_ms: 100
 secrets_resync_seconds: 5
+upstream_max_conns_per_host: 8
+upstream_max_idle_conns: 16
 `+minimal)
+	if c.UpstreamMaxConnsPerHost != 8 || c.UpstreamMaxIdleConns != 16 {
+		t.Errorf("UpstreamMaxConnsPerHost, UpstreamMaxIdleConns = %d, %d, want 8, 16", c.UpstreamMaxConnsPerHost, c.UpstreamMaxIdleConns)
+	}
 	want := Timeouts{
 		UpstreamConnect:        1500 * time.Millisecond,
 		UpstreamResponseHeader: 2 * time.Minute,

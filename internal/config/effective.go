@@ -30,6 +30,9 @@ type effConfig struct {
 	SecretsReloadDebounceMS         int64 `yaml:"secrets_reload_debounce_ms"`
 	SecretsResyncSeconds            int64 `yaml:"secrets_resync_seconds"`
 
+	UpstreamMaxConnsPerHost int `yaml:"upstream_max_conns_per_host"`
+	UpstreamMaxIdleConns    int `yaml:"upstream_max_idle_conns"`
+
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
 }
@@ -95,6 +98,9 @@ func (c *Config) Effective() ([]byte, error) {
 		ShutdownTimeoutSeconds:          seconds(c.Timeouts.Shutdown),
 		SecretsReloadDebounceMS:         c.SecretsReloadDebounce.Milliseconds(),
 		SecretsResyncSeconds:            seconds(c.SecretsResyncInterval),
+
+		UpstreamMaxConnsPerHost: c.UpstreamMaxConnsPerHost,
+		UpstreamMaxIdleConns:    c.UpstreamMaxIdleConns,
 
 		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}},
 	}

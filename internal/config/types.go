@@ -41,6 +41,13 @@ type Config struct {
 	// SecretsResyncInterval is the periodic full re-read of the secret directory,
 	// a fallback for missed events (default 30s).
 	SecretsResyncInterval time.Duration
+	// UpstreamMaxConnsPerHost bounds the upstream connections (dialling,
+	// active and idle) to one origin host:port (default 512, at least 1).
+	// Requests over the bound wait for a connection.
+	UpstreamMaxConnsPerHost int
+	// UpstreamMaxIdleConns bounds the idle pooled upstream connections across
+	// every origin (default 1024, at least 1).
+	UpstreamMaxIdleConns int
 	// Warnings are non-fatal findings (e.g. default_action allow).
 	Warnings []Warning
 }

@@ -33,6 +33,13 @@ const (
 	defaultSecretsReloadDebounceMS         = 2000
 	defaultSecretsResyncSeconds            = 30
 
+	defaultUpstreamMaxConnsPerHost = 512
+	defaultUpstreamMaxIdleConns    = 1024
+	// One source address reaches one origin ip:port through at most ~64k
+	// ephemeral ports: a larger per-host bound could never be reached.
+	upstreamMaxConnsPerHostLimit = 65535
+	upstreamMaxIdleConnsLimit    = 1 << 20
+
 	defaultInterceptionListenPort = 8443
 	defaultCertTTLSeconds         = 86400
 	defaultCertCacheSize          = 1024
@@ -167,6 +174,8 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 	}
 	cfg.SecretsReloadDebounce = c.ms("secrets_reload_debounce_ms", w.SecretsReloadDebounceMS, defaultSecretsReloadDebounceMS, 1, 60_000)
 	cfg.SecretsResyncInterval = c.seconds("secrets_resync_seconds", w.SecretsResyncSeconds, defaultSecretsResyncSeconds, 1, 3600)
+	cfg.UpstreamMaxConnsPerHost = int(c.intIn("upstream_max_conns_per_host", w.UpstreamMaxConnsPerHost, defaultUpstreamMaxConnsPerHost, 1, upstreamMaxConnsPerHostLimit))
+	cfg.UpstreamMaxIdleConns = int(c.intIn("upstream_max_idle_conns", w.UpstreamMaxIdleConns, defaultUpstreamMaxIdleConns, 1, upstreamMaxIdleConnsLimit))
 
 	cfg.Policy = c.policy(w.EgressPolicy)
 	cfg.Interception = c.interception(w.HTTPSInterception, cfg)

@@ -27,6 +27,9 @@ type wireConfig struct {
 	SecretsReloadDebounceMS         *int64 `yaml:"secrets_reload_debounce_ms"`
 	SecretsResyncSeconds            *int64 `yaml:"secrets_resync_seconds"`
 
+	UpstreamMaxConnsPerHost *int64 `yaml:"upstream_max_conns_per_host"`
+	UpstreamMaxIdleConns    *int64 `yaml:"upstream_max_idle_conns"`
+
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
 }

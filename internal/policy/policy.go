@@ -46,6 +46,11 @@
 //
 // Only exact hosts are implemented now; Compile refuses anything else.
 //
+// Two port-agnostic questions sit beside Decide: AllowsHost (port 443, the
+// TLS interception authorizer's question about an SNI name) and AllowsName
+// (any port, the DNS guard's question). Both canonicalise their argument, so
+// callers never hand-build a Target.
+//
 // The package does not parse Host headers (package hostport does), apply
 // header rewrites (package rewrite does, for Decision.Rule), or log.
 //
@@ -55,7 +60,9 @@
 //	...
 //	hp, err := hostport.Parse(r.Host)
 //	d := p.Decide(policy.Target{Host: hp, Method: r.Method, Path: r.URL.Path})
-//	if !d.Allowed() { /* 403 host not allowed */ }
+//	if !d.Allowed() { /* 403, reason d.Reason */ }
+//	...
+//	p.AllowsName("api.openai.com") // DNS guard: may this name resolve at all?
 package policy
 
 import (
@@ -120,11 +127,6 @@ const (
 	ReasonPortNotAllowed Reason = "port_not_allowed"
 )
 
-// Reasons returns every Reason, for tests and metric pre-registration.
-func Reasons() []Reason {
-	return []Reason{ReasonRuleAllow, ReasonRuleDeny, ReasonDefaultAllow, ReasonDefaultDeny, ReasonPortNotAllowed}
-}
-
 // Target is what a decision is about.
 type Target struct {
 	// Host is the canonical host and optional port, as returned by
@@ -135,20 +137,11 @@ type Target struct {
 	Method, Path string
 }
 
-// Rule is one compiled rule. It belongs to its Policy and must not be
-// modified (slices included).
+// Rule is one compiled rule: the configured rule (its canonical Host, its
+// Index in egress_policy.rules, Action, AllowedPorts, HeaderRewrites). It
+// belongs to its Policy and must not be modified (slices included).
 type Rule struct {
-	// Host is the canonical host the rule names.
-	Host string
-	// Index is the rule's position in egress_policy.rules (0-based).
-	Index int
-	// Action is allow or deny.
-	Action config.Action
-	// AllowedPorts is nil when allowed_ports was omitted: then only 443 is
-	// allowed. 443 is not implied by an explicit list.
-	AllowedPorts []uint16
-	// Config is the rule as configured (header rewrites, raw host, line).
-	Config config.Rule
+	config.Rule
 }
 
 // AllowsPort reports whether the rule's port list permits port (the action
@@ -179,16 +172,6 @@ type Decision struct {
 // DefaultAllow).
 func (d Decision) Allowed() bool {
 	return d.Kind == Allow || d.Kind == DefaultAllow
-}
-
-// HeaderRewrites returns the header rewrites to apply: the rule's, for an
-// Allow; nil otherwise (never for DefaultAllow or a Deny). The slice belongs
-// to the policy and must not be modified.
-func (d Decision) HeaderRewrites() []config.HeaderRewrite {
-	if d.Kind != Allow || d.Rule == nil {
-		return nil
-	}
-	return d.Rule.Config.HeaderRewrites
 }
 
 // Policy is a compiled, immutable egress policy, safe for concurrent use.
@@ -224,17 +207,11 @@ func Compile(p config.Policy) (*Policy, error) {
 		if prev, dup := c.exact[r.Host]; dup {
 			return nil, fmt.Errorf("egress_policy.rules[%d]: duplicate host %q (also rules[%d])", i, r.Host, prev.Index)
 		}
-		ports := slices.Clone(r.AllowedPorts)
 		cfg := r
-		cfg.AllowedPorts = ports
+		cfg.Index = i
+		cfg.AllowedPorts = slices.Clone(r.AllowedPorts)
 		cfg.HeaderRewrites = slices.Clone(r.HeaderRewrites)
-		c.rules[i] = Rule{
-			Host:         r.Host,
-			Index:        i,
-			Action:       r.Action,
-			AllowedPorts: ports,
-			Config:       cfg,
-		}
+		c.rules[i] = Rule{Rule: cfg}
 		c.exact[r.Host] = &c.rules[i]
 	}
 	return c, nil
@@ -296,30 +273,36 @@ func (p *Policy) verdict(r *Rule, port uint16) Decision {
 	}
 }
 
-// DefaultAction returns the compiled default action.
-func (p *Policy) DefaultAction() config.Action {
-	if p.defaultAllow {
-		return config.ActionAllow
+// AllowsHost reports whether a request to host on port 443 is allowed: the
+// interception case, where the SNI names the host and the port is the one
+// the agent connected to. host is canonicalised first (hostport.ParseHost);
+// a host that does not parse is not allowed. It equals
+// Decide(Target{Host: <canonical host, no port>}).Allowed().
+func (p *Policy) AllowsHost(host string) bool {
+	canon, err := hostport.ParseHost(host)
+	if err != nil {
+		return false
 	}
-	return config.ActionDeny
+	return p.Decide(Target{Host: hostport.HostPort{Host: canon}}).Allowed()
 }
 
-// RuleHosts returns the canonical host of every rule, in file order (the
-// closed set of per-rule metric host labels).
-func (p *Policy) RuleHosts() []string {
-	hosts := make([]string, len(p.rules))
-	for i := range p.rules {
-		hosts[i] = p.rules[i].Host
+// AllowsName reports whether any request to name, on any port, could be
+// allowed: a rule naming it allows it (on at least one port: an allow rule
+// always permits one), or no rule names it and the default action is allow.
+// It is the DNS guard's question, where no port is known. name is
+// canonicalised first (hostport.ParseHost, so case, one trailing dot and
+// IDNA spelling cannot dodge a deny rule); a name that does not parse is not
+// allowed. A nil *Policy allows nothing.
+func (p *Policy) AllowsName(name string) bool {
+	if p == nil {
+		return false
 	}
-	return hosts
-}
-
-// Rules returns every rule, in file order (Rules()[i].Index == i), e.g. to
-// compile each rule's header rewrites once, indexed by Rule.Index.
-func (p *Policy) Rules() []*Rule {
-	rs := make([]*Rule, len(p.rules))
-	for i := range p.rules {
-		rs[i] = &p.rules[i]
+	canon, err := hostport.ParseHost(name)
+	if err != nil {
+		return false
 	}
-	return rs
+	if r := p.match(Target{Host: hostport.HostPort{Host: canon}}); r != nil {
+		return r.Action == config.ActionAllow
+	}
+	return p.defaultAllow
 }

@@ -35,13 +35,13 @@ func TestCanaryNeverLogged(t *testing.T) {
 	waitFor(t, "readiness", s.Ready)
 	writeFile(t, dir, "token", canary+"\xfe") // becomes bad: last-known-good
 	waitFor(t, "the bad-file warning", func() bool {
-		return len(logs.findKey(t, "skipping secret file that is not valid UTF-8", "token")) > 0
+		return len(findKey(logs, "skipping secret file that is not valid UTF-8", "token")) > 0
 	})
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the vanished directory", func() bool {
-		return len(logs.find(t, "secrets directory disappeared, keeping last known values")) > 0
+		return len(logs.Find("secrets directory disappeared, keeping last known values")) > 0
 	})
 	writeFile(t, dir, "token", canary+"-v3")
 	waitFor(t, "the re-created directory", func() bool { v, _ := get(s, "token"); return v == canary+"-v3" })

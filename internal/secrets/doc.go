@@ -17,11 +17,11 @@
 // last-known-good value, if it had one. Exactly one trailing "\n" or "\r\n"
 // is removed from each value.
 //
-// [Store.Run] keeps the snapshot current: an fsnotify watch on the directory
-// schedules a debounced reload on any event (Kubernetes swaps ..data
-// atomically), and a periodic full resync catches anything the watch misses.
-// The watch survives the directory being created late or being removed and
-// re-created. While the directory is gone the store keeps serving the
+// [Store.Run] keeps the snapshot current through package volwatch: an
+// fsnotify watch on the directory schedules a debounced reload on any event
+// (Kubernetes swaps ..data atomically), and a periodic full resync catches
+// anything the watch misses. The watch survives the directory being created
+// late or being removed and re-created. While the directory is gone the store keeps serving the
 // last-known-good values, because a proxy that drops every credential on a
 // transient unmount fails every request; when the directory is back, the
 // snapshot mirrors exactly what is in it again. (This covers a directory
@@ -30,8 +30,9 @@
 // sees them go one by one, like any other deletion.)
 //
 // Readiness ([Store.Ready]) means every required key is present. It is
-// recomputed after each reload and reported through [Options.OnReady] as soon
-// as it changes, not by polling.
+// recomputed after each reload and after [Store.SetRequired] (a
+// configuration reload that adds or drops a secret_ref), and reported
+// through [Options.OnReady] as soon as it changes, not by polling.
 //
 // The package never logs, wraps into an error, or otherwise prints a secret
 // value; logs name keys only. It does not decide which secrets a request gets

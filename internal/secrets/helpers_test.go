@@ -1,67 +1,20 @@
 package secrets
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/botbox/botbox/internal/testutil/logcapture"
 )
 
-// logBuffer collects the JSON log lines of a store; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// records returns the decoded log records.
-func (b *logBuffer) records(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for line := range strings.Lines(b.String()) {
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("log line %q is not JSON: %v", line, err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// find returns the records with message msg.
-func (b *logBuffer) find(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, r := range b.records(t) {
-		if r[slog.MessageKey] == msg {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // findKey returns the records with message msg and field key == key.
-func (b *logBuffer) findKey(t *testing.T, msg, key string) []map[string]any {
-	t.Helper()
+func findKey(b *logcapture.Buffer, msg, key string) []map[string]any {
 	var out []map[string]any
-	for _, r := range b.find(t, msg) {
+	for _, r := range b.Find(msg) {
 		if r["key"] == key {
 			out = append(out, r)
 		}
@@ -71,9 +24,9 @@ func (b *logBuffer) findKey(t *testing.T, msg, key string) []map[string]any {
 
 // newTestLogger returns a debug-level JSON logger into a buffer that is
 // printed if the test fails.
-func newTestLogger(t *testing.T) (*slog.Logger, *logBuffer) {
+func newTestLogger(t *testing.T) (*slog.Logger, *logcapture.Buffer) {
 	t.Helper()
-	b := &logBuffer{}
+	b := &logcapture.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("store logs:\n%s", b.String())
@@ -119,7 +72,7 @@ func contents(s *Store) map[string]string {
 }
 
 // mustOpen opens a store on dir with a test logger.
-func mustOpen(t *testing.T, opts Options) (*Store, *logBuffer) {
+func mustOpen(t *testing.T, opts Options) (*Store, *logcapture.Buffer) {
 	t.Helper()
 	log, buf := newTestLogger(t)
 	if opts.Logger == nil {

@@ -35,7 +35,7 @@ func TestLoadSecretsSkipsNonUTF8Name(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"good": "fine"}, contents(s)); d != "" {
 		t.Errorf("loaded secrets (-want +got):\n%s", d)
 	}
-	if got := logs.find(t, "skipping secret file with a non-UTF-8 name"); len(got) != 1 {
+	if got := logs.Find("skipping secret file with a non-UTF-8 name"); len(got) != 1 {
 		t.Errorf("non-UTF-8 name warnings = %v, want one", got)
 	}
 }
@@ -57,7 +57,7 @@ func TestReloadUnreadableFileKeepsLastKnownGood(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"key": "v1", "other": "o2"}, contents(s)); d != "" {
 		t.Errorf("loaded secrets (-want +got):\n%s", d)
 	}
-	if got := logs.findKey(t, "skipping unreadable secret file", "key"); len(got) != 1 || got[0]["kept_previous_value"] != true {
+	if got := findKey(logs, "skipping unreadable secret file", "key"); len(got) != 1 || got[0]["kept_previous_value"] != true {
 		t.Errorf("unreadable warnings = %v, want one with kept_previous_value=true", got)
 	}
 }

@@ -30,7 +30,7 @@ func TestLoadSecretsNonexistentDir(t *testing.T) {
 	if got := s.Snapshot().Keys(); len(got) != 0 {
 		t.Errorf("Keys() = %q, want none", got)
 	}
-	if got := logs.find(t, "secrets directory does not exist, starting with empty secrets"); len(got) != 1 || got[0]["level"] != "WARN" {
+	if got := logs.Find("secrets directory does not exist, starting with empty secrets"); len(got) != 1 || got[0]["level"] != "WARN" {
 		t.Errorf("missing-directory warnings = %v, want one WARN", got)
 	}
 }
@@ -92,7 +92,7 @@ func TestLoadSecretsRejectsSymlinkEscapingDir(t *testing.T) {
 		t.Errorf("loaded secrets (-want +got):\n%s", d)
 	}
 	for _, k := range []string{"relative-escape", "absolute-escape", "system-file", "absolute-inside"} {
-		if got := logs.findKey(t, "skipping symlink that escapes secrets directory", k); len(got) != 1 {
+		if got := findKey(logs, "skipping symlink that escapes secrets directory", k); len(got) != 1 {
 			t.Errorf("escape warnings for %q = %v, want one", k, got)
 		}
 	}
@@ -146,7 +146,7 @@ func TestLoadSecretsSkipsOversizedFile(t *testing.T) {
 		t.Errorf("max-with-newline: Len() = %d, want %d", v.Len(), maxFileSize-1)
 	}
 	for _, k := range []string{"oversized", "huge"} {
-		if got := logs.findKey(t, "skipping oversized secret file", k); len(got) != 1 || got[0]["level"] != "WARN" {
+		if got := findKey(logs, "skipping oversized secret file", k); len(got) != 1 || got[0]["level"] != "WARN" {
 			t.Errorf("oversized warnings for %q = %v, want one WARN", k, got)
 		}
 	}
@@ -195,7 +195,7 @@ func TestLoadSecretsNonUTF8DoesNotPoisonOthers(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"good": "fine", "also-good": "fine too"}, contents(s)); d != "" {
 		t.Errorf("loaded secrets (-want +got):\n%s", d)
 	}
-	got := logs.findKey(t, "skipping secret file that is not valid UTF-8", "binary")
+	got := findKey(logs, "skipping secret file that is not valid UTF-8", "binary")
 	if len(got) != 1 || got[0]["level"] != "WARN" {
 		t.Errorf("non-UTF-8 warnings = %v, want one WARN naming the key", got)
 	}
@@ -215,7 +215,7 @@ func TestLoadSecretsSkipsDanglingSymlinkAndDirectories(t *testing.T) {
 		t.Errorf("loaded secrets (-want +got):\n%s", d)
 	}
 	for _, k := range []string{"dangling", "loop-a", "loop-b"} {
-		if got := logs.findKey(t, "skipping unresolvable path in secrets directory", k); len(got) != 1 {
+		if got := findKey(logs, "skipping unresolvable path in secrets directory", k); len(got) != 1 {
 			t.Errorf("unresolvable warnings for %q = %v, want one", k, got)
 		}
 	}
@@ -227,7 +227,7 @@ func TestLoadSecretsLogsKeyNames(t *testing.T) {
 	writeFile(t, dir, "a", "1")
 	_, logs := mustOpen(t, Options{Dir: dir})
 	var got []string
-	for _, r := range logs.find(t, "loaded secret") {
+	for _, r := range logs.Find("loaded secret") {
 		if r["level"] != "INFO" {
 			t.Errorf("loaded secret logged at %v, want INFO", r["level"])
 		}
@@ -280,11 +280,11 @@ func TestReloadKeepsLastKnownGood(t *testing.T) {
 			if d := cmp.Diff(want, contents(s)); d != "" {
 				t.Errorf("after breaking (-want +got):\n%s", d)
 			}
-			got := logs.findKey(t, tt.msg, "key")
+			got := findKey(logs, tt.msg, "key")
 			if len(got) != 1 || got[0]["kept_previous_value"] != true {
 				t.Errorf("warnings for key = %v, want one with kept_previous_value=true", got)
 			}
-			if got := logs.findKey(t, tt.msg, "new-bad"); len(got) != 1 || got[0]["kept_previous_value"] != false {
+			if got := findKey(logs, tt.msg, "new-bad"); len(got) != 1 || got[0]["kept_previous_value"] != false {
 				t.Errorf("warnings for new-bad = %v, want one with kept_previous_value=false", got)
 			}
 
@@ -316,14 +316,14 @@ func TestReloadK8sBadFileKeepsLastKnownGood(t *testing.T) {
 	if d := cmp.Diff(map[string]string{"a": "a1", "b": "b1", "c": "c2"}, contents(s)); d != "" {
 		t.Errorf("after a bad rotation (-want +got):\n%s", d)
 	}
-	if got := logs.find(t, "skipping symlink that escapes secrets directory"); len(got) != 0 {
+	if got := logs.Find("skipping symlink that escapes secrets directory"); len(got) != 0 {
 		t.Errorf("bad payloads reported as escapes: %v", got)
 	}
 	for msg, key := range map[string]string{
 		"skipping secret file that is not valid UTF-8": "a",
 		"skipping oversized secret file":               "b",
 	} {
-		if got := logs.findKey(t, msg, key); len(got) != 1 || got[0]["kept_previous_value"] != true {
+		if got := findKey(logs, msg, key); len(got) != 1 || got[0]["kept_previous_value"] != true {
 			t.Errorf("%q for %q = %v, want one with kept_previous_value=true", msg, key, got)
 		}
 	}
@@ -362,7 +362,7 @@ func TestReloadDirectoryVanishedKeepsLastKnownGood(t *testing.T) {
 	if !s.Ready() {
 		t.Errorf("Ready() = false with the directory gone, want the last-known-good readiness")
 	}
-	if got := logs.find(t, "secrets directory disappeared, keeping last known values"); len(got) != 1 || got[0]["level"] != "WARN" {
+	if got := logs.Find("secrets directory disappeared, keeping last known values"); len(got) != 1 || got[0]["level"] != "WARN" {
 		t.Errorf("disappearance warnings = %v, want exactly one WARN", got)
 	}
 
@@ -386,7 +386,7 @@ func TestReloadUnchangedKeepsSnapshot(t *testing.T) {
 	if s.Snapshot() != before {
 		t.Errorf("a reload without changes published a new snapshot")
 	}
-	if got := logs.find(t, "loaded secret"); len(got) != 1 {
+	if got := logs.Find("loaded secret"); len(got) != 1 {
 		t.Errorf(`"loaded secret" logged %d times, want once (no change on reload)`, len(got))
 	}
 

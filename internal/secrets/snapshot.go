@@ -13,6 +13,13 @@ type Snapshot struct {
 	missing []string // sorted required keys absent from values
 }
 
+// NewSnapshot returns a snapshot holding a copy of values, with no required
+// keys: an in-memory secret source (botbox explain's placeholder values,
+// tests) that needs no directory.
+func NewSnapshot(values map[string]Value) *Snapshot {
+	return newSnapshot(maps.Clone(values), nil)
+}
+
 // newSnapshot takes ownership of values. required must be sorted.
 func newSnapshot(values map[string]Value, required []string) *Snapshot {
 	if values == nil {

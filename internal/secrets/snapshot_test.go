@@ -82,3 +82,15 @@ func TestSnapshotLookupDoesNotAllocate(t *testing.T) {
 		t.Errorf("Snapshot().Lookup allocates %v times, want 0", allocs)
 	}
 }
+
+func TestNewSnapshotCopies(t *testing.T) {
+	values := map[string]Value{"b": NewValue([]byte("2")), "a": NewValue([]byte("1"))}
+	s := NewSnapshot(values)
+	delete(values, "a")
+	if v, ok := s.Lookup("a"); !ok || string(v.Reveal()) != "1" {
+		t.Errorf("Lookup(a) = %v, %v after the caller's map changed, want 1", v, ok)
+	}
+	if got := s.Keys(); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Errorf("Keys() = %v, want [a b]", got)
+	}
+}

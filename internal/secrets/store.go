@@ -92,11 +92,9 @@ func Open(opts Options) (*Store, error) {
 	if opts.Resync < 0 {
 		return nil, fmt.Errorf("secrets resync interval %v is negative", opts.Resync)
 	}
-	required := slices.Compact(slices.Sorted(slices.Values(opts.Required)))
-	for _, k := range required {
-		if k == "" || strings.HasPrefix(k, ".") || strings.ContainsAny(k, "/\x00") {
-			return nil, fmt.Errorf("required secret key %q can never be loaded from a directory", k)
-		}
+	required, err := requiredSet(opts.Required)
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{
 		dir:      dir,
@@ -137,6 +135,57 @@ func Open(opts Options) (*Store, error) {
 	return s, nil
 }
 
+// requiredSet sorts and deduplicates keys, refusing a key that could never
+// be loaded from a directory.
+func requiredSet(keys []string) ([]string, error) {
+	required := slices.Compact(slices.Sorted(slices.Values(keys)))
+	for _, k := range required {
+		if k == "" || strings.HasPrefix(k, ".") || strings.ContainsAny(k, "/\x00") {
+			return nil, fmt.Errorf("required secret key %q can never be loaded from a directory", k)
+		}
+	}
+	return required, nil
+}
+
+// SetRequired replaces the required keys, as a configuration reload that
+// adds or drops a secret_ref does. Readiness is recomputed at once against
+// the current snapshot (no directory read) and, if it changed, reported
+// through Options.OnReady before SetRequired returns, as a reload would.
+// Keys are checked as Options.Required is at Open; on error nothing
+// changes. It is safe to call while Run is active.
+func (s *Store) SetRequired(keys []string) error {
+	required, err := requiredSet(keys)
+	if err != nil {
+		return err
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	if slices.Equal(required, s.required) {
+		return nil
+	}
+	s.required = required
+	s.snap.Store(newSnapshot(s.snap.Load().values, required))
+	s.log.Info("required secrets changed", "required", required)
+	s.reportReadiness()
+	return nil
+}
+
+// reportReadiness logs and reports a readiness transition. reloadMu must be
+// held.
+func (s *Store) reportReadiness() {
+	ready := s.Ready()
+	if ready == s.ready {
+		return
+	}
+	s.ready = ready
+	if ready {
+		s.log.Info("all required secrets now available, system ready")
+	} else {
+		s.log.Warn("required secrets became unavailable, /healthz will return 503", "missing", s.Missing())
+	}
+	s.onReady(ready)
+}
+
 // Snapshot returns the current secrets. It never returns nil. Take one per
 // request and use it throughout, so the request sees one consistent set.
 func (s *Store) Snapshot() *Snapshot { return s.snap.Load() }
@@ -148,7 +197,7 @@ func (s *Store) Ready() bool { return len(s.snap.Load().missing) == 0 }
 func (s *Store) Missing() []string { return slices.Clone(s.snap.Load().missing) }
 
 // reload re-reads the directory and publishes the result. trigger says why,
-// for the logs. It is called only from Run's goroutine.
+// for the logs. It is called from Run's goroutine (and tests).
 func (s *Store) reload(trigger string) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
@@ -177,15 +226,7 @@ func (s *Store) reload(trigger string) {
 		return
 	}
 	s.log.Info("secrets reloaded successfully", "trigger", trigger, "keys", s.Snapshot().keys)
-	if ready := s.Ready(); ready != s.ready {
-		s.ready = ready
-		if ready {
-			s.log.Info("all required secrets now available, system ready")
-		} else {
-			s.log.Warn("required secrets became unavailable, /healthz will return 503", "missing", s.Missing())
-		}
-		s.onReady(ready)
-	}
+	s.reportReadiness()
 }
 
 // publish swaps in a snapshot of values if it differs from the current one,

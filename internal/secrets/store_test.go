@@ -89,7 +89,7 @@ func TestReadinessAtOpen(t *testing.T) {
 			if d := cmp.Diff([]bool{tt.wantReady}, calls); d != "" {
 				t.Errorf("OnReady calls (-want +got):\n%s", d)
 			}
-			recs := logs.find(t, tt.wantMsg)
+			recs := logs.Find(tt.wantMsg)
 			if len(recs) != 1 {
 				t.Fatalf("%q logged %d times, want once", tt.wantMsg, len(recs))
 			}
@@ -132,10 +132,90 @@ func TestReadinessTransitionsOnReload(t *testing.T) {
 	if d := cmp.Diff([]bool{false, true, false}, calls); d != "" {
 		t.Errorf("OnReady calls (-want +got):\n%s", d)
 	}
-	if got := logs.find(t, "all required secrets now available, system ready"); len(got) != 1 {
+	if got := logs.Find("all required secrets now available, system ready"); len(got) != 1 {
 		t.Errorf("ready transitions logged %d times, want 1", len(got))
 	}
-	if got := logs.find(t, "required secrets became unavailable, /healthz will return 503"); len(got) != 1 || got[0]["level"] != "WARN" {
+	if got := logs.Find("required secrets became unavailable, /healthz will return 503"); len(got) != 1 || got[0]["level"] != "WARN" {
 		t.Errorf("unready transitions = %v, want one WARN", got)
+	}
+}
+
+// TestSetRequiredMovesReadiness: a configuration reload that adds a
+// secret_ref whose file is absent makes the store unready at once (OnReady
+// called), the file's arrival makes it ready again, and dropping a
+// required key that is missing makes it ready without any file change.
+func TestSetRequiredMovesReadiness(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "a", "1")
+	var calls []bool
+	s, logs := mustOpen(t, Options{Dir: dir, Required: []string{"a"}, OnReady: func(r bool) { calls = append(calls, r) }})
+
+	if err := s.SetRequired([]string{"b", "a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Ready() {
+		t.Error("Ready() = true after requiring a missing key")
+	}
+	if d := cmp.Diff([]string{"b"}, s.Missing()); d != "" {
+		t.Errorf("Missing() (-want +got):\n%s", d)
+	}
+	if err := s.SetRequired([]string{"a", "b"}); err != nil { // same set: no call
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "b", "2")
+	s.reload("test")
+	if err := s.SetRequired([]string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetRequired([]string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]bool{true, false, true, false, true}, calls); d != "" {
+		t.Errorf("OnReady calls (-want +got):\n%s", d)
+	}
+	if got := logs.Find("required secrets became unavailable, /healthz will return 503"); len(got) != 2 {
+		t.Errorf("unready transitions logged %d times, want 2", len(got))
+	}
+	// The values were not re-read or lost.
+	if v, _ := get(s, "b"); v != "2" {
+		t.Errorf("b = %q after SetRequired, want 2", v)
+	}
+}
+
+func TestSetRequiredRefusesBadKeys(t *testing.T) {
+	var calls []bool
+	s, _ := mustOpen(t, Options{Dir: t.TempDir(), OnReady: func(r bool) { calls = append(calls, r) }})
+	for _, bad := range [][]string{{""}, {"ok", "..data"}, {"a/b"}} {
+		if err := s.SetRequired(bad); err == nil {
+			t.Errorf("SetRequired(%q) = nil, want an error", bad)
+		}
+	}
+	if !s.Ready() || len(calls) != 1 {
+		t.Errorf("a refused SetRequired changed readiness: Ready() = %v, calls %v", s.Ready(), calls)
+	}
+}
+
+// TestSetRequiredWhileRunning races SetRequired against Run's reloads
+// (run with -race): readiness ends consistent with the last required set.
+func TestSetRequiredWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "a", "1")
+	ready := make(chan bool, 100)
+	opts := fast(dir)
+	opts.OnReady = func(r bool) { ready <- r }
+	s, _ := mustOpen(t, opts)
+	startRun(t, s)
+	for i := range 20 {
+		writeFile(t, dir, "a", string(rune('a'+i)))
+		req := []string{"a"}
+		if i%2 == 1 { // the last one, i = 19, too
+			req = append(req, "missing")
+		}
+		if err := s.SetRequired(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Ready() {
+		t.Error("Ready() = true with the last required set naming a missing key")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -39,14 +38,14 @@ func TestRunDebounceFoldsEvents(t *testing.T) {
 	opts.Debounce = 500 * time.Millisecond
 	s, logs := mustOpen(t, opts)
 	startRun(t, s)
-	waitFor(t, "the watch", func() bool { return len(logs.find(t, "secret file watcher started")) == 1 })
+	waitFor(t, "the watch", func() bool { return len(logs.Find("file watcher started")) == 1 })
 
 	const writes = 20
 	for i := range writes {
 		writeFile(t, dir, "k", string(rune('a'+i)))
 	}
 	waitFor(t, "the last write", func() bool { v, _ := get(s, "k"); return v == string(rune('a'+writes-1)) })
-	if n := len(logs.find(t, "reloading secrets due to file change")); n >= writes {
+	if n := len(logs.Find("reloading secrets due to file change")); n >= writes {
 		t.Errorf("%d event reloads for %d writes, want them folded", n, writes)
 	}
 }
@@ -80,7 +79,7 @@ func TestRunDirectoryCreatedLate(t *testing.T) {
 	startRun(t, s)
 	// Run watches the parent before its start-up reload. Resync is an
 	// hour away, so the directory's creation must be seen by an event.
-	waitFor(t, "Run to start", func() bool { return len(logs.find(t, "reloading secrets")) > 0 })
+	waitFor(t, "Run to start", func() bool { return len(logs.Find("reloading secrets")) > 0 })
 
 	writeFile(t, dir, "k", "late")
 	waitFor(t, "the late directory", func() bool { v, _ := get(s, "k"); return v == "late" })
@@ -101,7 +100,7 @@ func TestRunDirectoryCreatedLateWithoutParent(t *testing.T) {
 
 	writeFile(t, dir, "k", "v")
 	waitFor(t, "the late directory", func() bool { v, _ := get(s, "k"); return v == "v" })
-	waitFor(t, "the watch to attach", func() bool { return len(logs.find(t, "secret file watcher started")) == 1 })
+	waitFor(t, "the watch to attach", func() bool { return len(logs.Find("file watcher started")) == 1 })
 }
 
 func TestRunDirectoryRemovedAndRecreated(t *testing.T) {
@@ -124,13 +123,13 @@ func TestRunDirectoryRemovedAndRecreated(t *testing.T) {
 			writeFile(t, dir, "a", "1")
 			s, logs := mustOpen(t, fast(dir))
 			startRun(t, s)
-			waitFor(t, "the watch", func() bool { return len(logs.find(t, "secret file watcher started")) == 1 })
+			waitFor(t, "the watch", func() bool { return len(logs.Find("file watcher started")) == 1 })
 
 			if err := tt.remove(dir); err != nil {
 				t.Fatal(err)
 			}
 			waitFor(t, "the reload to notice", func() bool {
-				return len(logs.find(t, "secrets directory disappeared, keeping last known values")) == 1
+				return len(logs.Find("secrets directory disappeared, keeping last known values")) == 1
 			})
 			if tt.atomic {
 				if d := cmp.Diff(map[string]string{"a": "1"}, contents(s)); d != "" {
@@ -177,7 +176,7 @@ func TestRunReadinessTransitionsByEvent(t *testing.T) {
 	}
 	writeFile(t, dir, "token", "t")
 	next(true)
-	if got := logs.find(t, "all required secrets now available, system ready"); len(got) != 1 {
+	if got := logs.Find("all required secrets now available, system ready"); len(got) != 1 {
 		t.Errorf("ready log = %v, want one", got)
 	}
 	if err := os.Remove(filepath.Join(dir, "token")); err != nil {
@@ -199,7 +198,7 @@ func TestRunResyncWithoutEvent(t *testing.T) {
 
 	writeFile(t, dir, "k", "v2")
 	waitFor(t, "the resync", func() bool { v, _ := get(s, "k"); return v == "v2" })
-	if got := logs.find(t, "reloading secrets due to file change"); len(got) != 0 {
+	if got := logs.Find("reloading secrets due to file change"); len(got) != 0 {
 		t.Errorf("an event reload happened; the test no longer isolates the resync")
 	}
 }
@@ -225,41 +224,5 @@ func TestRunReturnsOnCancel(t *testing.T) {
 	cancel()
 	if err := s.Run(ctx); err != nil {
 		t.Errorf("second Run(cancelled) = %v, want nil", err)
-	}
-}
-
-func TestDirWatchEnsureReattachesReplacedDirectory(t *testing.T) {
-	base := t.TempDir()
-	dir := filepath.Join(base, "secrets")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	log, _ := newTestLogger(t)
-	dw := &dirWatch{w: w, dir: dir, parent: base, log: log}
-	if !dw.attach() {
-		t.Fatalf("attach() = false for an existing directory")
-	}
-	// Replace the directory behind the watch's back (no events read).
-	if err := os.Rename(dir, dir+".old"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dw.ensure()
-	fi, err := os.Stat(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if dw.attached == nil || !os.SameFile(fi, dw.attached) {
-		t.Errorf("ensure() did not move the watch to the new directory")
-	}
-	if dw.parentWatched {
-		t.Errorf("parent still watched with the directory attached")
 	}
 }

@@ -30,9 +30,8 @@ import (
 
 	"github.com/botbox/botbox/internal/admin"
 	"github.com/botbox/botbox/internal/config"
-	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/mitm"
-	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/proxy"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -73,6 +72,7 @@ type Server struct {
 	store   *secrets.Store
 	handler *proxy.Handler
 	icpt    *mitm.Interceptor
+	gen     *generation.Current // the policy generation in force
 
 	secretsReady atomic.Bool
 	serving      atomic.Bool
@@ -111,6 +111,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.store = store
 	s.secretsReady.Store(store.Ready())
+	if s.gen, err = generation.New(cfg); err != nil {
+		return nil, err
+	}
 
 	tr, err := upstream.NewTransport(upstream.Options{
 		CAFile:                cfg.UpstreamCAFile,
@@ -118,6 +121,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		ConnectTimeout:        cfg.Timeouts.UpstreamConnect,
 		ResponseHeaderTimeout: cfg.Timeouts.UpstreamResponseHeader,
 		IdleConnTimeout:       cfg.Timeouts.UpstreamIdleConn,
+		MaxConnsPerHost:       cfg.UpstreamMaxConnsPerHost,
+		MaxIdleConns:          cfg.UpstreamMaxIdleConns,
 		Dial:                  opts.Dial,
 	})
 	if err != nil {
@@ -140,7 +145,6 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		pol := s.handler.Policy
 		s.icpt, err = mitm.New(mitm.Options{
 			CA:                ca,
 			CertTTL:           ic.CertTTL,
@@ -148,7 +152,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			CacheSize:         ic.CertCacheSize,
 			DenyDisallowedSNI: ic.DenyHandshakeOnDisallowedSNI,
 			Allowed: func(host string) bool {
-				return pol().Decide(policy.Target{Host: hostport.HostPort{Host: host}}).Allowed()
+				return s.gen.Load().Policy.AllowsHost(host)
 			},
 			Observer: mitmObserver{s.metrics},
 			Logger:   telemetry.WithTarget(opts.Logger, telemetry.TargetInterception),

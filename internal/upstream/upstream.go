@@ -3,14 +3,35 @@
 // connection pool.
 //
 // It deliberately does not decide what may be reached (package policy does)
-// and does not touch headers (package rewrite does). The dialer is a seam:
-// the address guard of the roadmap (refusing loopback, link-local and private
-// targets after resolution) plugs in as Options.Dial without changing callers.
+// and does not touch headers (package rewrite does).
+//
+// # Resource bounds
+//
+// Upstream sockets are bounded per origin (Options.MaxConnsPerHost: dialling,
+// active and idle together; further requests wait) and idle ones across all
+// origins (Options.MaxIdleConns). TestMaxConnsPerHostBoundsSockets holds the
+// per-origin bound under a flood of concurrent requests.
+//
+// # Dial guard
+//
+// Options.Guard is the hook the address guard (SPEC §5.3) plugs into: it is
+// called with the IP and port of every connection the transport makes, and a
+// non-nil error refuses that connection with an *AddrDeniedError. With the
+// default dialer it runs in net.Dialer.ControlContext, on the socket's
+// address before connect(2), for every address tried (each Happy Eyeballs
+// attempt included). A dialer injected through Options.Dial cannot skip it:
+// the connection it returns is checked (its RemoteAddr) before any byte is
+// written, and closed when refused. The request's exceptions travel in its
+// context (WithDialPolicy); the guard reads them with DialPolicyFrom. This
+// package holds the hook only: which addresses to refuse is the guard's
+// business.
 //
 // Typical use:
 //
-//	tr, err := upstream.NewTransport(upstream.Options{CAFile: cfg.UpstreamCAFile, ...})
+//	tr, err := upstream.NewTransport(upstream.Options{CAFile: cfg.UpstreamCAFile, Guard: g, ...})
 //	proxy := &httputil.ReverseProxy{Transport: tr, ...}
+//	// per request, before the round trip:
+//	req = req.WithContext(upstream.WithDialPolicy(req.Context(), upstream.DialPolicy{Host: host}))
 package upstream
 
 import (
@@ -21,8 +42,18 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"syscall"
 	"time"
+)
+
+// Defaults of the connection bounds (config keys upstream_max_conns_per_host
+// and upstream_max_idle_conns) and the per-origin idle pool.
+const (
+	DefaultMaxConnsPerHost     = 512
+	DefaultMaxIdleConns        = 1024
+	DefaultMaxIdleConnsPerHost = 256
 )
 
 // DialFunc dials an upstream TCP connection.
@@ -42,10 +73,130 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 	// IdleConnTimeout closes pooled idle connections (default 90s).
 	IdleConnTimeout time.Duration
-	// MaxIdleConnsPerHost is the keep-alive pool size per origin (default 256).
+	// MaxIdleConnsPerHost is the keep-alive pool size per origin (default
+	// 256, and never more than MaxConnsPerHost).
 	MaxIdleConnsPerHost int
+	// MaxConnsPerHost bounds the connections to one origin host:port,
+	// dialling, active and idle together (default 512). A request that finds
+	// every one busy waits for one, within its context and timeouts.
+	MaxConnsPerHost int
+	// MaxIdleConns bounds idle connections across all origins (default
+	// 1024); the least recently used one is closed beyond it.
+	MaxIdleConns int
 	// Dial replaces the TCP dialer (default net.Dialer with ConnectTimeout).
+	// Guard still applies to what it returns (see the package doc).
 	Dial DialFunc
+	// Resolver resolves origin names for the default dialer (nil = the
+	// system resolver). Unused when Dial is set.
+	Resolver *net.Resolver
+	// Guard, if not nil, is asked about every upstream connection's IP and
+	// port before it is used; an error refuses the connection (nil = allow
+	// all). It must be safe for concurrent use and must not block.
+	Guard Guard
+}
+
+// Guard decides whether a connection to addr may be used. ctx is the dial's
+// context: the request's, carrying its DialPolicy when the caller set one
+// (DialPolicyFrom reports ok=false otherwise, and a guard must then apply
+// its strictest rule). addr is never zero; an IPv4 peer is reported as an
+// IPv4 address, not as IPv4-mapped IPv6. The returned error is wrapped in
+// an *AddrDeniedError.
+type Guard func(ctx context.Context, addr netip.AddrPort) error
+
+// DialPolicy is what a request's policy decision tells the dial guard: the
+// exceptions its rule grants. The zero value grants none.
+type DialPolicy struct {
+	// Host is the canonical host the request was allowed for (for the
+	// guard's logs).
+	Host string
+	// AllowPrivate is set when the rule that allowed the request permits
+	// private, CGNAT and ULA destinations (SPEC §5.3, "unless the rule says
+	// so").
+	AllowPrivate bool
+}
+
+type dialPolicyKey struct{}
+
+// WithDialPolicy returns ctx carrying p for the dial guard. The proxy sets
+// it on the outbound request's context before the round trip.
+func WithDialPolicy(ctx context.Context, p DialPolicy) context.Context {
+	return context.WithValue(ctx, dialPolicyKey{}, p)
+}
+
+// DialPolicyFrom returns the DialPolicy of ctx; ok is false when none was
+// set (a dial no request asked for).
+func DialPolicyFrom(ctx context.Context) (p DialPolicy, ok bool) {
+	p, ok = ctx.Value(dialPolicyKey{}).(DialPolicy)
+	return p, ok
+}
+
+// AddrDeniedError is the error of a connection the Guard refused. The
+// transport returns it wrapped (in *net.OpError, *url.Error, ...): callers
+// detect it with errors.As.
+type AddrDeniedError struct {
+	// Addr is the refused address.
+	Addr netip.AddrPort
+	// Err is the guard's reason (nil when the peer address was not an
+	// IP:port at all).
+	Err error
+}
+
+func (e *AddrDeniedError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("upstream address %s refused by the dial guard", e.Addr)
+	}
+	return fmt.Sprintf("upstream address %s refused by the dial guard: %v", e.Addr, e.Err)
+}
+
+// Unwrap returns the guard's reason.
+func (e *AddrDeniedError) Unwrap() error { return e.Err }
+
+// check asks g about addr (unmapped, so that 127.0.0.1 is never seen as
+// ::ffff:127.0.0.1).
+func (g Guard) check(ctx context.Context, addr netip.AddrPort) error {
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	if err := g(ctx, addr); err != nil {
+		if _, ok := errors.AsType[*AddrDeniedError](err); ok {
+			return err
+		}
+		return &AddrDeniedError{Addr: addr, Err: err}
+	}
+	return nil
+}
+
+// control is the net.Dialer.ControlContext of the default dialer: address
+// is the IP:port the socket is about to connect(2) to.
+func (g Guard) control(ctx context.Context, _, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		// Never happens for TCP; refuse rather than guess.
+		return &AddrDeniedError{Err: fmt.Errorf("unparsable dial address %q: %w", address, err)}
+	}
+	return g.check(ctx, ap)
+}
+
+// checked wraps an injected dialer: the connection it returns is checked by
+// the guard on its remote address before the transport writes to it.
+func (g Guard) checked(dial DialFunc) DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		var ap netip.AddrPort
+		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			ap = ta.AddrPort()
+		}
+		if !ap.IsValid() {
+			_ = c.Close()
+			return nil, &AddrDeniedError{Err: fmt.Errorf("connection to %s has no IP peer address (%v)", addr, c.RemoteAddr())}
+		}
+		if err := g.check(ctx, ap); err != nil {
+			_ = c.Close()
+			return nil, &net.OpError{Op: "dial", Net: network, Addr: c.RemoteAddr(), Err: err}
+		}
+		return c, nil
+	}
 }
 
 // RootPool returns the system roots plus the certificates of caFile. Go's
@@ -84,9 +235,16 @@ func NewTransport(o Options) (*http.Transport, error) {
 	if o.IdleConnTimeout <= 0 {
 		o.IdleConnTimeout = 90 * time.Second
 	}
-	if o.MaxIdleConnsPerHost <= 0 {
-		o.MaxIdleConnsPerHost = 256
+	if o.MaxConnsPerHost <= 0 {
+		o.MaxConnsPerHost = DefaultMaxConnsPerHost
 	}
+	if o.MaxIdleConns <= 0 {
+		o.MaxIdleConns = DefaultMaxIdleConns
+	}
+	if o.MaxIdleConnsPerHost <= 0 {
+		o.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	o.MaxIdleConnsPerHost = min(o.MaxIdleConnsPerHost, o.MaxConnsPerHost)
 	roots := o.RootCAs
 	if roots == nil {
 		var err error
@@ -95,9 +253,15 @@ func NewTransport(o Options) (*http.Transport, error) {
 		}
 	}
 	dial := o.Dial
-	if dial == nil {
-		d := &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second}
+	switch {
+	case dial == nil:
+		d := &net.Dialer{Timeout: o.ConnectTimeout, KeepAlive: 30 * time.Second, Resolver: o.Resolver}
+		if o.Guard != nil {
+			d.ControlContext = o.Guard.control
+		}
 		dial = d.DialContext
+	case o.Guard != nil:
+		dial = o.Guard.checked(dial)
 	}
 	tr := &http.Transport{
 		Proxy:                 nil,
@@ -106,15 +270,16 @@ func NewTransport(o Options) (*http.Transport, error) {
 		TLSHandshakeTimeout:   o.ConnectTimeout,
 		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
 		IdleConnTimeout:       o.IdleConnTimeout,
-		MaxIdleConns:          0, // bounded per host instead
+		MaxIdleConns:          o.MaxIdleConns,
 		MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
+		MaxConnsPerHost:       o.MaxConnsPerHost,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
-		// Go's HTTP/2 client defaults (4 MiB per connection, 16 KiB frames)
-		// made a 256 MiB download cost a WINDOW_UPDATE write every 32 KiB:
-		// 0.71x nginx's throughput. Larger windows and frames brought it to
-		// 1.02x with 28% less CPU per MiB (docs/performance.md). Memory stays
-		// bounded: at most 8 MiB of unread data per origin connection.
+		// Larger flow-control windows and frames than Go's HTTP/2 client
+		// defaults (4 MiB per connection, 16 KiB frames), so that a large
+		// download costs few WINDOW_UPDATE writes (measured in
+		// docs/performance.md). Memory stays bounded: at most 8 MiB of
+		// unread data per origin connection, 4 MiB per stream.
 		HTTP2: &http.HTTP2Config{
 			MaxReceiveBufferPerConnection: 8 << 20,
 			MaxReceiveBufferPerStream:     4 << 20,

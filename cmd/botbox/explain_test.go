@@ -1,0 +1,152 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/botbox/botbox/internal/testutil/testpki"
+)
+
+// explainConfig is exampleConfig with secrets_dir replaced and extra YAML
+// appended.
+func explainConfig(t *testing.T, secretsDir, extra string) string {
+	t.Helper()
+	return writeFile(t, t.TempDir(), "config.yaml", strings.Replace(exampleConfig, "/nonexistent", secretsDir, 1)+extra)
+}
+
+// secretsWith returns a secrets directory holding the given files.
+func secretsWith(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for k, v := range files {
+		writeFile(t, dir, k, v)
+	}
+	return dir
+}
+
+func TestExplain(t *testing.T) {
+	sec := secretsWith(t, map[string]string{"openai-api-key": "sk-real\n"})
+	p := explainConfig(t, sec, "")
+	tests := []struct {
+		args     []string
+		want     []string
+		wantCode int
+	}{
+		{[]string{"http://api.openai.com/v1/models"}, []string{
+			"decision: allow", "status:   200", "reason:   rule_allow", "rules[0] (host api.openai.com, action allow)", "ports:    443 only",
+			"upstream: https://api.openai.com/v1/models", `header:   Authorization (replaces any client value; from secret "openai-api-key")`,
+		}, 0},
+		{[]string{"api.openai.com/v1"}, []string{"decision: allow", "listener: http"}, 0},
+		{[]string{"http://API.OpenAI.com./v1"}, []string{"decision: allow", "host:     api.openai.com"}, 0},
+		{[]string{"--method", "post", "http://api.openai.com/v1"}, []string{"request:  POST", "decision: allow"}, 0},
+		{[]string{"http://api.openai.com:8443/"}, []string{"decision: deny", "status:   403", "reason:   port_not_allowed", "443 only"}, 1},
+		{[]string{"http://internal.example.com:8443/"}, []string{"decision: allow", "allowed_ports [8443]", "upstream: https://internal.example.com:8443/", "headers:  none injected", "TCP to port 8443 is dropped"}, 0},
+		{[]string{"http://blocked.example.com/"}, []string{"decision: deny", "reason:   rule_deny", "status:   403"}, 1},
+		{[]string{"http://evil.test/"}, []string{"decision: deny", "reason:   default_deny"}, 1},
+		{[]string{"http://x@api.openai.com/"}, []string{"decision: deny", "status:   400"}, 1},
+		{[]string{"--method", "CONNECT", "api.openai.com:443"}, []string{"decision: deny", "status:   405"}, 1},
+		// Interception off: the plain listener never sees https://.
+		{[]string{"https://api.openai.com/v1"}, []string{"decision: deny", "status:   405", "https_interception is disabled", "Use http://api.openai.com/v1"}, 1},
+	}
+	for _, tt := range tests {
+		code, out, errOut := runArgs(t, nil, append([]string{"explain", "-c", p}, tt.args...)...)
+		if code != tt.wantCode {
+			t.Errorf("explain %v: exit %d, want %d\n%s%s", tt.args, code, tt.wantCode, out, errOut)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("explain %v lacks %q:\n%s", tt.args, w, out)
+			}
+		}
+	}
+}
+
+// TestExplainMissingSecret: a rule whose secret file is absent is allowed by
+// policy, but the real request gets 500 and is not forwarded: explain says
+// so and exits 1.
+func TestExplainMissingSecret(t *testing.T) {
+	p := explainConfig(t, t.TempDir(), "")
+	code, out, errOut := runArgs(t, nil, "explain", "-c", p, "http://api.openai.com/v1")
+	if code != 1 {
+		t.Errorf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	for _, w := range []string{"decision: allow by policy, but the request fails", "status:   500", `secret:   "openai-api-key" for header Authorization: no file`} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "upstream:") {
+		t.Errorf("explain claims the request leaves:\n%s", out)
+	}
+}
+
+// TestExplainInterception: with interception on, an https:// URL runs
+// through the interception handler (SNI = the URL's host).
+func TestExplainInterception(t *testing.T) {
+	sec := secretsWith(t, map[string]string{"openai-api-key": "sk-real"})
+	ca := testpki.NewCA(t, "explain")
+	certPath, keyPath := ca.WriteFiles(t, t.TempDir())
+	p := explainConfig(t, sec, fmt.Sprintf("https_interception:\n  enabled: true\n  ca_cert_path: %s\n  ca_key_path: %s\n  deny_handshake_on_disallowed_sni: true\n", certPath, keyPath))
+	tests := []struct {
+		url      string
+		want     []string
+		wantCode int
+	}{
+		{"https://api.openai.com/v1/models?x=1", []string{"listener: https", "decision: allow", "upstream: https://api.openai.com/v1/models?x=1", "header:   Authorization"}, 0},
+		{"https://evil.test/", []string{"listener: https", "decision: deny", "reason:   default_deny", "deny_handshake_on_disallowed_sni is on"}, 1},
+		{"https://api.openai.com:8443/", []string{"listener: https", "decision: deny", "status:   403"}, 1},
+		{"http://api.openai.com/", []string{"listener: http", "decision: allow"}, 0},
+	}
+	for _, tt := range tests {
+		code, out, errOut := runArgs(t, nil, "explain", "-c", p, tt.url)
+		if code != tt.wantCode {
+			t.Errorf("explain %s: exit %d, want %d\n%s%s", tt.url, code, tt.wantCode, out, errOut)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("explain %s lacks %q:\n%s", tt.url, w, out)
+			}
+		}
+	}
+}
+
+func TestExplainUsage(t *testing.T) {
+	p := explainConfig(t, t.TempDir(), "")
+	for _, args := range [][]string{
+		{"explain", "-c", p},
+		{"explain", "-c", p, "http://a.example/", "http://b.example/"},
+		{"explain", "-c", p, "ftp://a.example/"},
+		{"explain", "-c", p, "http://"},
+		{"explain", "-c", p, "--method", "GE T", "http://a.example/"},
+		{"explain", "--bogus", "http://a.example/"},
+		{"explain", "-c", filepath.Join(t.TempDir(), "missing.yaml"), "http://a.example/"},
+	} {
+		if code, out, errOut := runArgs(t, nil, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2\n%s%s", args, code, out, errOut)
+		}
+	}
+}
+
+// TestExplainNeverReadsSecretValues: the real secret value appears nowhere,
+// and the outbound request carried only the placeholder.
+func TestExplainNeverReadsSecretValues(t *testing.T) {
+	sec := secretsWith(t, map[string]string{"openai-api-key": "CANARY-explain-99\n"})
+	p := explainConfig(t, sec, "")
+	code, out, errOut := runArgs(t, nil, "explain", "-c", p, "http://api.openai.com/")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	if strings.Contains(out+errOut, "CANARY") || strings.Contains(out+errOut, explainPlaceholder) {
+		t.Errorf("explain printed a secret value or the placeholder:\n%s%s", out, errOut)
+	}
+	// An unreadable file still counts as present: explain never opens it.
+	if err := os.Chmod(filepath.Join(sec, "openai-api-key"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := runArgs(t, nil, "explain", "-c", p, "http://api.openai.com/"); code != 0 {
+		t.Errorf("unreadable secret file: exit %d, want 0 (presence only)\n%s", code, out)
+	}
+}

@@ -1,0 +1,144 @@
+// Package generation owns the policy generation in force: the compiled
+// egress policy, the compiled header rewrites of each rule, and the
+// interception flags that may change while BotBox runs.
+//
+// A Generation is immutable. A Current publishes one through an
+// atomic.Pointer: readers (the proxy's handlers, the TLS interception
+// authorizer, the coming DNS guard) call Load once per request or handshake
+// and use that generation throughout, so a request never sees half of a
+// reload. Store is the only way to change it: it compiles and checks
+// everything first and swaps only on success, so a bad configuration leaves
+// the previous generation in force (keep-last-good).
+//
+// What a generation carries is exactly what can change at reload. Listener
+// addresses, the interception CA, deny_handshake_on_disallowed_sni (read by
+// mitm at start-up), timeouts and limits are not in it: changing them needs
+// a restart. The secrets' required set is not either: whoever reloads calls
+// secrets.(*Store).SetRequired(cfg.RequiredSecretRefs()) after a successful
+// Store.
+//
+// The package does no I/O, does not log and does not watch files (the
+// caller reloads, e.g. with package volwatch).
+//
+// Typical use:
+//
+//	cur, err := generation.New(cfg) // at start-up
+//	...
+//	g := cur.Load() // per request
+//	d := g.Policy.Decide(target)
+//	set := g.Rewrites(d)
+//	...
+//	if err := cur.Store(newCfg); err != nil { /* old generation still in force */ }
+package generation
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/policy"
+	"github.com/botbox/botbox/internal/rewrite"
+)
+
+// Generation is one immutable, compiled policy generation. Its fields must
+// not be modified.
+type Generation struct {
+	// Seq numbers the generations of one Current: 1 for the first, +1 per
+	// successful Store.
+	Seq uint64
+	// Policy is the compiled egress policy (never nil).
+	Policy *policy.Policy
+	// Interception holds the interception flags that may change at reload.
+	Interception Interception
+	// rewrites holds, by rule index, the rule's compiled header rewrites;
+	// nil for a rule without any.
+	rewrites []*rewrite.Set
+}
+
+// Interception is the part of https_interception that a reload may change.
+type Interception struct {
+	// EnforceSNIHostMatch: the interception handler refuses a request whose
+	// Host differs from the TLS SNI (https_interception.enforce_sni_host_match).
+	EnforceSNIHostMatch bool
+}
+
+// Rewrites returns the header rewrites to apply for decision d: the rule's
+// compiled set when d is an Allow by a rule that has rewrites; nil otherwise
+// (a Deny, a DefaultAllow, a rule without rewrites, or a decision from
+// another generation's policy, whose rule index is out of range).
+func (g *Generation) Rewrites(d policy.Decision) *rewrite.Set {
+	if d.Kind != policy.Allow || d.Rule == nil || d.Rule.Index < 0 || d.Rule.Index >= len(g.rewrites) {
+		return nil
+	}
+	return g.rewrites[d.Rule.Index]
+}
+
+// Compile compiles cfg into a generation with Seq 0. It fails, naming the
+// rule, if the policy or any rule's header rewrites do not compile.
+func Compile(cfg *config.Config) (*Generation, error) {
+	if cfg == nil {
+		return nil, errors.New("generation: no configuration")
+	}
+	pol, err := policy.Compile(cfg.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("compiling egress policy: %w", err)
+	}
+	g := &Generation{
+		Policy:       pol,
+		Interception: Interception{EnforceSNIHostMatch: cfg.Interception.EnforceSNIHostMatch},
+		rewrites:     make([]*rewrite.Set, len(cfg.Policy.Rules)),
+	}
+	for i, r := range cfg.Policy.Rules {
+		if len(r.HeaderRewrites) == 0 {
+			continue
+		}
+		s, err := rewrite.Compile(r.HeaderRewrites)
+		if err != nil {
+			return nil, fmt.Errorf("egress_policy.rules[%d] (%s): %w", i, r.Host, err)
+		}
+		g.rewrites[i] = s
+	}
+	return g, nil
+}
+
+// Current owns the generation in force. The zero value is not usable: make
+// one with New. It is safe for concurrent use.
+type Current struct {
+	p atomic.Pointer[Generation]
+	// mu serialises Store, so that Seq follows the order of the swaps.
+	mu sync.Mutex
+}
+
+// New compiles cfg and returns a Current holding it as generation 1.
+func New(cfg *config.Config) (*Current, error) {
+	g, err := Compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.Seq = 1
+	c := &Current{}
+	c.p.Store(g)
+	return c, nil
+}
+
+// Load returns the generation in force (never nil). Take it once per
+// request and use it throughout.
+func (c *Current) Load() *Generation { return c.p.Load() }
+
+// Store compiles cfg and, only if everything compiles, makes it the
+// generation in force and returns it. On error the previous generation
+// stays in force and the error says what failed. Requests that already
+// loaded the previous generation finish with it.
+func (c *Current) Store(cfg *config.Config) (*Generation, error) {
+	g, err := Compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g.Seq = c.p.Load().Seq + 1
+	c.p.Store(g)
+	return g, nil
+}

@@ -1,0 +1,187 @@
+package generation
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/policy"
+)
+
+// cfgWith returns a config with one allow rule for a.example injecting
+// header (static value), plus a deny rule, and the given SNI flag.
+func cfgWith(header string, enforceSNI bool) *config.Config {
+	return &config.Config{
+		Policy: config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{
+			{Host: "a.example", Index: 0, Action: config.ActionAllow, HeaderRewrites: []config.HeaderRewrite{{Name: header, Value: "v"}}},
+			{Host: "b.example", Index: 1, Action: config.ActionAllow},
+			{Host: "c.example", Index: 2, Action: config.ActionDeny},
+		}},
+		Interception: config.Interception{EnforceSNIHostMatch: enforceSNI},
+	}
+}
+
+func decide(t *testing.T, g *Generation, authority string) policy.Decision {
+	t.Helper()
+	hp, err := hostport.Parse(authority)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g.Policy.Decide(policy.Target{Host: hp})
+}
+
+func TestNewAndRewrites(t *testing.T) {
+	cur, err := New(cfgWith("X-A", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := cur.Load()
+	if g.Seq != 1 || !g.Interception.EnforceSNIHostMatch {
+		t.Errorf("first generation = Seq %d, %+v; want Seq 1, EnforceSNIHostMatch", g.Seq, g.Interception)
+	}
+	tests := []struct {
+		authority string
+		want      []string // header names, nil = no set
+	}{
+		{"a.example", []string{"X-A"}},
+		{"a.example:8443", nil}, // denied on this port: no rewrites
+		{"b.example", nil},      // rule without rewrites
+		{"c.example", nil},      // deny rule
+		{"d.example", nil},      // default deny
+	}
+	for _, tt := range tests {
+		set := g.Rewrites(decide(t, g, tt.authority))
+		var got []string
+		if set != nil {
+			got = set.Names()
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("Rewrites(%s) names = %v, want %v", tt.authority, got, tt.want)
+		}
+	}
+	// A decision of another policy whose rule index is out of range.
+	other, err := Compile(&config.Config{Policy: config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{
+		{Host: "x.example", Action: config.ActionAllow}, {Host: "y.example", Action: config.ActionAllow},
+		{Host: "z.example", Action: config.ActionAllow}, {Host: "w.example", Action: config.ActionAllow},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set := g.Rewrites(decide(t, other, "w.example")); set != nil {
+		t.Errorf("Rewrites(decision with rule index 3) = %v, want nil", set.Names())
+	}
+}
+
+func TestStoreSwapsAndKeepsLastGood(t *testing.T) {
+	cur, err := New(cfgWith("X-A", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := cur.Load()
+
+	g, err := cur.Store(cfgWith("X-B", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g != cur.Load() || g.Seq != 2 || g.Interception.EnforceSNIHostMatch {
+		t.Errorf("after Store: Load() = %p (Seq %d, %+v), want the stored %p with Seq 2 and the new flag", cur.Load(), cur.Load().Seq, cur.Load().Interception, g)
+	}
+	if names := g.Rewrites(decide(t, g, "a.example")).Names(); !slices.Equal(names, []string{"X-B"}) {
+		t.Errorf("new generation rewrites = %v, want [X-B]", names)
+	}
+	// The generation a request took before the swap is unchanged.
+	if names := first.Rewrites(decide(t, first, "a.example")).Names(); !slices.Equal(names, []string{"X-A"}) || !first.Interception.EnforceSNIHostMatch {
+		t.Errorf("old generation changed: rewrites %v, %+v", names, first.Interception)
+	}
+
+	bad := []struct {
+		name    string
+		cfg     *config.Config
+		wantErr string
+	}{
+		{"nil config", nil, "no configuration"},
+		{"bad policy", &config.Config{Policy: config.Policy{DefaultAction: "maybe"}}, "compiling egress policy"},
+		{"bad rewrite", func() *config.Config {
+			c := cfgWith("X-C", true)
+			c.Policy.Rules[1].HeaderRewrites = []config.HeaderRewrite{{Name: "Connection", Value: "close"}}
+			return c
+		}(), "egress_policy.rules[1] (b.example)"},
+	}
+	for _, tt := range bad {
+		if g, err := cur.Store(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%s: Store() = %v, %v, want error containing %q", tt.name, g, err, tt.wantErr)
+		}
+		if cur.Load().Seq != 2 {
+			t.Errorf("%s: a failed Store changed the generation in force (Seq %d)", tt.name, cur.Load().Seq)
+		}
+	}
+	if _, err := New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+// TestConcurrentLoadStore runs readers against a writer that alternates two
+// configurations: every generation a reader loads is internally consistent
+// (its rewrites and its flag come from the same configuration) and Seq
+// never goes back. Run with -race.
+func TestConcurrentLoadStore(t *testing.T) {
+	cfgA, cfgB := cfgWith("X-A", true), cfgWith("X-B", false)
+	cur, err := New(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stores = 200
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			var last uint64
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				g := cur.Load()
+				if g.Seq < last {
+					t.Errorf("Seq went back from %d to %d", last, g.Seq)
+					return
+				}
+				last = g.Seq
+				want := "X-B"
+				if g.Interception.EnforceSNIHostMatch {
+					want = "X-A"
+				}
+				hp, _ := hostport.Parse("a.example")
+				if names := g.Rewrites(g.Policy.Decide(policy.Target{Host: hp})).Names(); !slices.Equal(names, []string{want}) {
+					t.Errorf("generation %d mixes configurations: rewrites %v with %+v", g.Seq, names, g.Interception)
+					return
+				}
+			}
+		})
+	}
+	var writers sync.WaitGroup
+	for w := range 2 {
+		writers.Go(func() {
+			for i := range stores {
+				c := cfgA
+				if (i+w)%2 == 1 {
+					c = cfgB
+				}
+				if _, err := cur.Store(c); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	writers.Wait()
+	close(stop)
+	wg.Wait()
+	if got := cur.Load().Seq; got != 1+2*stores {
+		t.Errorf("final Seq = %d, want %d", got, 1+2*stores)
+	}
+}
