@@ -6,7 +6,10 @@
 //     -http-ports: every request is answered with a JSON echo of its method,
 //     path, Host and headers (wire.Echo);
 //   - a bare TCP service on -tcp-ports (a banner, then close);
-//   - UDP on -udp-ports, echoing each datagram back.
+//   - UDP on -udp-ports, echoing each datagram back;
+//   - UDP-Lite (IP protocol 136) on -udplite-ports, and raw IP of protocol
+//     -raw-proto (an unassigned number by default), recording what arrives
+//     (the packet filter must drop both from the app).
 //
 // Everything that arrives is recorded as a wire.Event the moment it arrives
 // (TCP connections at accept, before any TLS), so a test can assert that
@@ -78,6 +81,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	httpPorts := fs.String("http-ports", "80", "plain HTTP ports")
 	tcpPorts := fs.String("tcp-ports", "22,53", "bare TCP ports")
 	udpPorts := fs.String("udp-ports", "443,9999,53", "UDP echo ports")
+	udpLitePorts := fs.String("udplite-ports", "9999", "UDP-Lite ports")
+	rawProto := fs.Int("raw-proto", 253, "IP protocol number of the raw listener (0: none)")
 	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
 	keyFile := fs.String("key", "", "PEM private key for HTTPS")
 	control := fs.String("control", "", "unix socket for the event record")
@@ -91,6 +96,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	o := &origin{logger: logger}
 	if err := o.start(addrs, *tlsPorts, *httpPorts, *tcpPorts, *udpPorts, *certFile, *keyFile, *control); err != nil {
+		logger.Print(err)
+		o.close()
+		return 1
+	}
+	if err := o.startOther(addrs, *udpLitePorts, *rawProto); err != nil {
 		logger.Print(err)
 		o.close()
 		return 1
@@ -289,6 +299,91 @@ func (o *origin) serveUDP(pc *net.UDPConn) {
 		}
 		o.record(wire.Event{Kind: wire.KindUDP, Local: pc.LocalAddr().String(), Remote: from.String(), Payload: string(buf[:n])})
 		_, _ = pc.WriteToUDPAddrPort(buf[:n], from)
+	}
+}
+
+// ipprotoUDPLite is IPPROTO_UDPLITE (the syscall package has no name for it).
+const ipprotoUDPLite = 136
+
+// startOther opens the UDP-Lite and raw IP listeners on every address.
+func (o *origin) startOther(addrs []string, udpLitePorts string, rawProto int) error {
+	lp, err := ports(udpLitePorts)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return fmt.Errorf("bad -addr %q: %w", a, err)
+		}
+		for _, p := range lp {
+			pc, err := listenUDPLite(netip.AddrPortFrom(ip, uint16(p)))
+			if err != nil {
+				return err
+			}
+			o.closers = append(o.closers, pc)
+			go o.serveDatagrams(pc, wire.KindUDPLite, pc.LocalAddr().String())
+		}
+		if rawProto > 0 {
+			network := "ip4:" + strconv.Itoa(rawProto)
+			if ip.Is6() {
+				network = "ip6:" + strconv.Itoa(rawProto)
+			}
+			pc, err := net.ListenIP(network, &net.IPAddr{IP: ip.AsSlice()})
+			if err != nil {
+				return fmt.Errorf("listening on %s %s: %w", network, ip, err)
+			}
+			o.closers = append(o.closers, pc)
+			go o.serveDatagrams(pc, wire.KindRaw, netip.AddrPortFrom(ip, 0).String())
+		}
+	}
+	return nil
+}
+
+// listenUDPLite binds a UDP-Lite socket: a SOCK_DGRAM socket of protocol
+// 136, which the net package then drives like a UDP socket.
+func listenUDPLite(ap netip.AddrPort) (net.PacketConn, error) {
+	family := syscall.AF_INET6
+	var sa syscall.Sockaddr = &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	if ap.Addr().Is4() {
+		family = syscall.AF_INET
+		sa = &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, ipprotoUDPLite)
+	if err != nil {
+		return nil, fmt.Errorf("udplite socket for %s: %w", ap, err)
+	}
+	if err := syscall.Bind(fd, sa); err != nil {
+		_ = syscall.Close(fd)
+		return nil, fmt.Errorf("binding udplite %s: %w", ap, err)
+	}
+	f := os.NewFile(uintptr(fd), "udplite")
+	defer f.Close()
+	pc, err := net.FilePacketConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("udplite %s: %w", ap, err)
+	}
+	return pc, nil
+}
+
+// serveDatagrams records every packet that arrives on pc as kind.
+func (o *origin) serveDatagrams(pc net.PacketConn, kind, local string) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		remote := from.String()
+		if ia, ok := from.(*net.IPAddr); ok {
+			if a, ok := netip.AddrFromSlice(ia.IP); ok {
+				remote = netip.AddrPortFrom(a.Unmap(), 0).String()
+			}
+		}
+		o.record(wire.Event{Kind: kind, Local: local, Remote: remote, Payload: string(buf[:n])})
 	}
 }
 
