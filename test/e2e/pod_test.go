@@ -101,6 +101,9 @@ type podConfig struct {
 	noInstall bool
 	// noBotBox does not start BotBox.
 	noBotBox bool
+	// mldGroups are IPv6 groups whose MLD reports the origin records
+	// (e2e-origin -mld-group).
+	mldGroups []string
 }
 
 // pod is one "pod" namespace and its "net" namespace, with everything
@@ -265,9 +268,13 @@ func (p *pod) startOrigin(t *testing.T) {
 			return d.DialContext(ctx, "unix", sock)
 		}},
 	}
-	p.origin = startProc(t, "origin", p.dir, nil, "ip", "netns", "exec", p.netNS, p.bins.origin,
+	argv := []string{"ip", "netns", "exec", p.netNS, p.bins.origin,
 		"-addr", p.netIP4.String(), "-addr", p.netIP4b.String(), "-addr", p.netIP6.String(),
-		"-cert", certPath, "-key", keyPath, "-control", sock)
+		"-cert", certPath, "-key", keyPath, "-control", sock}
+	for _, g := range p.cfg.mldGroups {
+		argv = append(argv, "-mld-group", g)
+	}
+	p.origin = startProc(t, "origin", p.dir, nil, argv...)
 	deadline := time.Now().Add(startupTimeout)
 	for {
 		if _, err := p.fetchEvents(0); err == nil {

@@ -187,3 +187,68 @@ func TestPortSquatHarmless(t *testing.T) {
 		}
 	})
 }
+
+// Multicast membership reports are not a channel out of the Pod (issue 8
+// §1, redteam finding 9): the app joins an IPv6 group whose address spells
+// "SECRET" and the kernel's report for it never reaches the "net"
+// namespace, while the report for a solicited-node group, which neighbour
+// discovery needs, does (the barrier: root adds an address to the pod's
+// interface afterwards, and an MLDv1 report is sent at once on join, so
+// the reports leave in order). `install` set force_mld_version=1, so the
+// reports are MLDv1 and the filter can tell the groups apart. On the old
+// rules (MLD reports of every type kept) the app's group arrived.
+func TestMulticastReportsDropped(t *testing.T) {
+	const (
+		secretGroup = "ff05::5345:4352:4554"
+		barrierNode = "ff02::1:ff00:99" // solicited-node group of <prefix>::99
+	)
+	p, _ := apiKeyPod(t, podConfig{ipv6: true, mldGroups: []string{secretGroup, barrierNode}})
+	vpod := "bbp" + p.id
+	// The pod's reports come from its link-local address once that has
+	// passed duplicate address detection; the origin also hears its own
+	// namespace's reports, which this tells apart.
+	var podLL netip.Addr
+	deadline := time.Now().Add(startupTimeout)
+	for !podLL.IsValid() {
+		out, errOut, code := p.run(t, p.podNS, uidRoot, nil, "ip", "-6", "-o", "addr", "show", "dev", vpod, "scope", "link")
+		if code != 0 {
+			t.Fatalf("ip addr show: %s", errOut)
+		}
+		if f := strings.Fields(out); len(f) >= 4 && !strings.Contains(out, "tentative") {
+			podLL = netip.MustParsePrefix(f[3]).Addr()
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the pod's link-local address is still tentative: %s", out)
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	fromPod := func(e wire.Event) bool { return e.Kind == wire.KindMLD && remote(e).Addr().WithZone("") == podLL }
+
+	mark := p.mark(t)
+	if r := p.app(t, "join", "-addr", secretGroup); !r.Connected {
+		t.Fatalf("the app could not join %s: %s", secretGroup, r.Error)
+	}
+	barrierAddr := netip.MustParseAddr(strings.TrimSuffix(p.podIP6.String(), "2") + "99")
+	if _, errOut, code := p.run(t, p.podNS, uidRoot, nil, "ip", "-6", "addr", "add", barrierAddr.String()+"/64", "dev", vpod, "nodad"); code != 0 {
+		t.Fatalf("adding %s: %s", barrierAddr, errOut)
+	}
+	evs := p.waitEvents(t, mark, "MLD report from the pod for the solicited-node group "+barrierNode, func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(e wire.Event) bool {
+			return fromPod(e) && e.LocalAddrPort().Addr() == netip.MustParseAddr(barrierNode)
+		})
+	})
+	for _, e := range evs {
+		if !fromPod(e) {
+			continue
+		}
+		if e.LocalAddrPort().Addr() == netip.MustParseAddr(secretGroup) {
+			t.Errorf("the net namespace heard an MLD report (type %s) for the app's group %s (#%d)", e.Payload, secretGroup, e.Seq)
+		}
+		if e.Payload != "131" {
+			t.Errorf("an MLDv2 report (group %s) left the pod: the filter cannot see its groups", e.Local)
+		}
+	}
+	if out, errOut, code := p.run(t, p.podNS, uidRoot, nil, "cat", "/proc/sys/net/ipv6/conf/all/force_mld_version"); code != 0 || strings.TrimSpace(out) != "1" {
+		t.Errorf("force_mld_version in the pod = %q (exit %d %s), want 1 set by botbox netfilter install", out, code, errOut)
+	}
+}

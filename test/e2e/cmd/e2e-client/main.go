@@ -11,6 +11,8 @@
 //	raw   -addr HOST:PORT -data D [-tls -sni S -cacert F]   write D, read one HTTP response
 //	udplite -addr HOST:PORT -payload P   send one UDP-Lite (IP protocol 136) datagram
 //	rawip -addr IP -proto N -payload P   send one raw IP packet of protocol N (needs CAP_NET_RAW)
+//	join  -addr GROUP...             join IPv6/IPv4 multicast groups on the default route's
+//	                                 interface (the kernel announces them), then leave
 //	listen -addr HOST:PORT...        listen (a squatter): print "ready", then one JSON
 //	                                 wire.Result line per accepted connection, answering
 //	                                 each with a 200; runs until killed
@@ -117,6 +119,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		out = doRawIP(o)
 	case "listen":
 		return doListen(o, stdout, stderr)
+	case "join":
+		out = doJoin(o)
 	case "ping":
 		out = doPing(o)
 	case "wait":
@@ -429,6 +433,39 @@ func doRawIP(o opts) wire.Result {
 	if _, err := c.Write([]byte(o.payload)); err != nil {
 		fail(&r, err)
 		return r
+	}
+	r.Connected = true
+	return r
+}
+
+// doJoin joins each -addr group, as any unprivileged process may, on the
+// interface of the default route; the kernel sends its membership report
+// (MLDv1 at once, MLDv2/IGMPv3 a moment later) on the process's behalf.
+// Connected = every join succeeded. The groups are left at exit.
+func doJoin(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	var conns []net.PacketConn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for _, a := range o.addrs {
+		g, err := netip.ParseAddr(a)
+		if err != nil || !g.IsMulticast() {
+			fail(&r, fmt.Errorf("bad group %q", a))
+			return r
+		}
+		network := "udp6"
+		if g.Is4() {
+			network = "udp4"
+		}
+		c, err := net.ListenMulticastUDP(network, nil, &net.UDPAddr{IP: g.AsSlice()}) // nil: the default interface
+		if err != nil {
+			fail(&r, fmt.Errorf("joining %s: %w", g, err))
+			return r
+		}
+		conns = append(conns, c)
 	}
 	r.Connected = true
 	return r

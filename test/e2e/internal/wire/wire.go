@@ -20,6 +20,10 @@ const (
 	// packet of the origin's raw protocol (-raw-proto), Local's port 0.
 	KindUDPLite = "udplite"
 	KindRaw     = "raw"
+	// KindMLD is an MLD report the origin heard: Local is the multicast
+	// group it announces (port 0), Payload "131" (MLDv1) or "143" (MLDv2,
+	// one event per group record).
+	KindMLD = "mld"
 )
 
 // Event is one thing the origin saw. Events are numbered from 1 in the order
