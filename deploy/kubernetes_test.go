@@ -113,6 +113,12 @@ func invariantCases() []invariantCase {
 		{"capabilities", "iptables-init without NET_ADMIN", "needs NET_ADMIN", func(t *testing.T, b *bundle) {
 			container(t, b, nameIPTablesInit).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
 		}},
+		{"capabilities", "NET_RAW on the app", "AF_PACKET frames skip netfilter", func(t *testing.T, b *bundle) {
+			app(b).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
+		}},
+		{"capabilities", "app drops NET_ADMIN only, keeping the runtime's NET_RAW", "must drop ALL", func(t *testing.T, b *bundle) {
+			app(b).SecurityContext.Capabilities.Drop = []corev1.Capability{"NET_ADMIN"}
+		}},
 		{"capabilities", "privileged app", "is privileged", func(t *testing.T, b *bundle) {
 			app(b).SecurityContext.Privileged = ptr(true)
 		}},
@@ -266,6 +272,9 @@ func invariantCases() []invariantCase {
 		}},
 		{"config-matches-netfilter", "proxy port mismatch", "BOTBOX_PROXY_PORT 8081 != listen_port 8080", func(t *testing.T, b *bundle) {
 			setEnv(container(t, b, nameIPTablesInit), "BOTBOX_PROXY_PORT", "8081")
+		}},
+		{"config-matches-netfilter", "metrics port mismatch", "BOTBOX_METRICS_PORT 9091 != metrics_port 9090", func(t *testing.T, b *bundle) {
+			setEnv(container(t, b, nameIPTablesInit), "BOTBOX_METRICS_PORT", "9091")
 		}},
 		{"config-matches-netfilter", "interception port mismatch", "!= https_interception.listen_port", func(t *testing.T, b *bundle) {
 			editConfig(t, b, "listen_port: 8443", "listen_port: 8444")

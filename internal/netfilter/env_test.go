@@ -121,6 +121,26 @@ var envErrorCases = []struct {
 		wantErr: "ERROR: BOTBOX_HTTPS_INTERCEPTION_PORT and BOTBOX_PROXY_PORT must differ (both 8080).",
 	},
 	{
+		name:    "metrics port zero",
+		env:     map[string]string{EnvIPv6: "1", EnvMetricsPort: "0"},
+		wantErr: "ERROR: BOTBOX_METRICS_PORT must be a port number from 1 to 65535 (got '0').",
+	},
+	{
+		name:    "metrics port with rule text",
+		env:     map[string]string{EnvIPv6: "1", EnvMetricsPort: "9090 -j ACCEPT"},
+		wantErr: "ERROR: BOTBOX_METRICS_PORT must be a port number from 1 to 65535 (got '9090 -j ACCEPT').",
+	},
+	{
+		name:    "metrics port equals proxy port",
+		env:     map[string]string{EnvIPv6: "1", EnvMetricsPort: "8080"},
+		wantErr: "ERROR: BOTBOX_METRICS_PORT and BOTBOX_PROXY_PORT must differ (both 8080).",
+	},
+	{
+		name:    "metrics port equals interception port",
+		env:     map[string]string{EnvIPv6: "1", EnvHTTPSInterception: "1", EnvMetricsPort: "8443"},
+		wantErr: "ERROR: BOTBOX_METRICS_PORT and BOTBOX_HTTPS_INTERCEPTION_PORT must differ (both 8443).",
+	},
+	{
 		name:    "nat chain builtin",
 		env:     map[string]string{EnvIPv6: "1", EnvNATChain: "OUTPUT"},
 		wantErr: "ERROR: BOTBOX_NAT_CHAIN is not a valid chain name (got 'OUTPUT'): a built-in chain or target name.",
@@ -238,6 +258,7 @@ func TestParseEnv(t *testing.T) {
 		WaitSeconds: 10,
 		DNSServers:  []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:10::a")},
 		DropICMP:    true,
+		MetricsPort: 19090,
 	}
 	tests := []struct {
 		name     string
@@ -339,7 +360,7 @@ func TestParseEnvForRemove(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseEnvForRemove(lookupOf(getenvFrom(tt.env)))
+			got, err := ParseEnvForRemove(lookupOf(getenvFrom(tt.env)))
 			gotErr := ""
 			if err != nil {
 				gotErr = err.Error()

@@ -101,6 +101,9 @@ type podConfig struct {
 	noInstall bool
 	// noBotBox does not start BotBox.
 	noBotBox bool
+	// mldGroups are IPv6 groups whose MLD reports the origin records
+	// (e2e-origin -mld-group).
+	mldGroups []string
 }
 
 // pod is one "pod" namespace and its "net" namespace, with everything
@@ -265,9 +268,13 @@ func (p *pod) startOrigin(t *testing.T) {
 			return d.DialContext(ctx, "unix", sock)
 		}},
 	}
-	p.origin = startProc(t, "origin", p.dir, nil, "ip", "netns", "exec", p.netNS, p.bins.origin,
+	argv := []string{"ip", "netns", "exec", p.netNS, p.bins.origin,
 		"-addr", p.netIP4.String(), "-addr", p.netIP4b.String(), "-addr", p.netIP6.String(),
-		"-cert", certPath, "-key", keyPath, "-control", sock)
+		"-cert", certPath, "-key", keyPath, "-control", sock}
+	for _, g := range p.cfg.mldGroups {
+		argv = append(argv, "-mld-group", g)
+	}
+	p.origin = startProc(t, "origin", p.dir, nil, argv...)
 	deadline := time.Now().Add(startupTimeout)
 	for {
 		if _, err := p.fetchEvents(0); err == nil {
@@ -415,9 +422,20 @@ func (p *pod) dumpLogs(t *testing.T) {
 // returns its output and exit status.
 func (p *pod) run(t *testing.T, ns string, uid int, env []string, argv ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return p.runCaps(t, ns, uid, nil, env, argv...)
+}
+
+// runCaps is run with the given capabilities (e.g. "net_raw") kept as
+// ambient capabilities across the UID change, as a container runtime that
+// grants them would.
+func (p *pod) runCaps(t *testing.T, ns string, uid int, caps []string, env []string, argv ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	full := []string{"ip", "netns", "exec", ns}
 	if uid != uidRoot {
 		full = append(full, "setpriv", "--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(uid), "--clear-groups")
+		for _, c := range caps {
+			full = append(full, "--inh-caps", "+"+c, "--ambient-caps", "+"+c)
+		}
 	}
 	full = append(full, argv...)
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
@@ -447,6 +465,20 @@ func (p *pod) client(t *testing.T, uid int, mode string, args ...string) wire.Re
 	var r wire.Result
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
 		t.Fatalf("e2e-client %s %v as UID %d: exit %d\nstdout: %s\nstderr: %s", mode, args, uid, code, out, errOut)
+	}
+	if r.UID != uid {
+		t.Fatalf("e2e-client ran as UID %d, want %d", r.UID, uid)
+	}
+	return r
+}
+
+// clientCaps is client with ambient capabilities (see runCaps).
+func (p *pod) clientCaps(t *testing.T, uid int, caps []string, mode string, args ...string) wire.Result {
+	t.Helper()
+	out, errOut, code := p.runCaps(t, p.podNS, uid, caps, nil, append([]string{p.bins.client, mode}, args...)...)
+	var r wire.Result
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+		t.Fatalf("e2e-client %s %v as UID %d with %v: exit %d\nstdout: %s\nstderr: %s", mode, args, uid, caps, code, out, errOut)
 	}
 	if r.UID != uid {
 		t.Fatalf("e2e-client ran as UID %d, want %d", r.UID, uid)
