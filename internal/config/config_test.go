@@ -834,3 +834,17 @@ func TestLoad(t *testing.T) {
 		t.Errorf("Problems(Load(bad)) = %d problems, want 2: %v", got, err)
 	}
 }
+
+func TestReservedHeader(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"Host", "host", "Connection", "KEEP-ALIVE", "Proxy-Connection", "Proxy-Authenticate", "proxy-authorization", "TE", "Trailer", "Transfer-Encoding", "Upgrade"} {
+		if !ReservedHeader(name) {
+			t.Errorf("ReservedHeader(%q) = false, want true", name)
+		}
+	}
+	for _, name := range []string{"Authorization", "X-Api-Key", "Hosts", "Content-Length", ""} {
+		if ReservedHeader(name) {
+			t.Errorf("ReservedHeader(%q) = true, want false", name)
+		}
+	}
+}

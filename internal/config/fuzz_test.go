@@ -46,10 +46,10 @@ func FuzzParse(f *testing.F) {
 			if got := strings.Count(err.Error(), "\n") + 1; got < len(ps) {
 				t.Fatalf("error text has %d lines for %d problems", got, len(ps))
 			}
-			// checkNode must catch every type mismatch before yaml does.
+			// nodeChecker must catch every type mismatch before yaml does.
 			for _, p := range ps {
 				if strings.HasPrefix(p.Msg, "cannot decode the config") {
-					t.Fatalf("a type error escaped checkNode: %v", p)
+					t.Fatalf("a type error escaped nodeChecker: %v", p)
 				}
 			}
 			return

@@ -74,7 +74,7 @@ func Parse(data []byte) (*Config, error) {
 }
 
 // decode parses the YAML into a node tree, checks it against the wire types
-// (checkNode: unknown and duplicate keys, kinds, integer and boolean
+// (nodeChecker: unknown and duplicate keys, kinds, integer and boolean
 // spellings), replaces every value of the wrong type by a placeholder, and
 // decodes the checked tree into the wire structs. It returns a nil wire
 // config only when the file cannot be read as one YAML mapping at all.
@@ -104,8 +104,8 @@ func decode(data []byte) (*wireConfig, *posIndex, []*FieldError) {
 	}
 	// A first decode of the untouched tree catches what is not a type
 	// mismatch (excessive aliasing, an invalid !!binary, a value that does
-	// not fit its explicit tag, a bad merge key) before checkNode walks
-	// aliases; its type errors are found again, with paths, by checkNode.
+	// not fit its explicit tag, a bad merge key) before nodeChecker walks
+	// aliases; its type errors are found again, with paths, by nodeChecker.
 	var scratch wireConfig
 	if err := root.Decode(&scratch); err != nil {
 		if _, ok := errors.AsType[*yaml.TypeError](err); !ok {
@@ -120,8 +120,8 @@ func decode(data []byte) (*wireConfig, *posIndex, []*FieldError) {
 
 	var w wireConfig
 	if err := root.Decode(&w); err != nil {
-		// checkNode replaced every value yaml could not decode; reaching
-		// this is a bug in checkNode. Fail closed with yaml's own words.
+		// nodeChecker replaced every value yaml could not decode; reaching
+		// this is a bug in nodeChecker. Fail closed with yaml's own words.
 		ck.problems = append(ck.problems, &FieldError{Msg: "cannot decode the config: " + err.Error()})
 	}
 	sort.SliceStable(ck.problems, func(i, j int) bool { return ck.problems[i].Line < ck.problems[j].Line })
