@@ -78,7 +78,7 @@ func joinProblems(ps []*FieldError) error {
 // Users paste URLs ("https://api.x.com/v1") and wildcards into host:.
 func hostHint(raw string) string {
 	if strings.Contains(raw, "*") {
-		return " (wildcards are not supported: list each host name in its own rule)"
+		return " (list each host name in its own rule)"
 	}
 	s := raw
 	if _, rest, ok := strings.Cut(s, "://"); ok {
