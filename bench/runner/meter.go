@@ -32,12 +32,18 @@ func statFields(pid int) []string {
 	if err != nil {
 		return nil
 	}
-	s := string(b)
+	return parseStat(string(b))
+}
+
+// parseStat splits a /proc/PID/stat line after the command name, which is
+// in parentheses and may itself contain spaces and ')': the result starts
+// at field 3 (state), so field N of proc(5) is at index N-3.
+func parseStat(s string) []string {
 	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
+	if i < 0 || i+2 > len(s) {
 		return nil
 	}
-	return strings.Fields(s[i+2:]) // fields from 3 (state) on
+	return strings.Fields(s[i+1:])
 }
 
 func ppid(pid int) int {
@@ -73,14 +79,21 @@ func statusKB(pids []int, key string) int64 {
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, key+":"); ok {
-				n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				kb += n
-			}
-		}
+		kb += parseStatusKB(string(b), key)
 	}
 	return kb
+}
+
+// parseStatusKB returns the value in kB of key ("VmHWM", "VmRSS") in a
+// /proc/PID/status file, 0 when absent.
+func parseStatusKB(status, key string) int64 {
+	for line := range strings.SplitSeq(status, "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // resetPeak resets VmHWM (peak RSS) to the current RSS.
@@ -93,8 +106,16 @@ func resetPeak(pids []int) {
 // cpuBusy returns busy and total jiffies of each CPU from /proc/stat.
 func cpuBusy() map[string][2]int64 {
 	b, _ := os.ReadFile("/proc/stat")
+	return parseCPUBusy(string(b))
+}
+
+// parseCPUBusy reads the per-CPU lines of /proc/stat ("cpu0 user nice
+// system idle iowait irq softirq steal ..."): busy = total - idle - iowait
+// over the first eight columns (guest time is already in user and nice).
+// Keys are the CPU numbers ("0", "1"); the aggregate "cpu" line is skipped.
+func parseCPUBusy(stat string) map[string][2]int64 {
 	m := map[string][2]int64{}
-	for _, line := range strings.Split(string(b), "\n") {
+	for line := range strings.SplitSeq(stat, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 8 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
 			continue

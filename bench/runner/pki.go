@@ -1,41 +1,40 @@
 package main
 
-// The benchmark PKI.
+// The benchmark PKI: the CA is made by mitm.NewCA, the code behind `botbox ca new`.
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"time"
+
+	"github.com/botbox/botbox/internal/mitm"
 )
 
-// pki writes a bench CA, the origin's certificate (IP SANs 127.0.0.1 and
-// ::1, DNS SAN localhost) and nginx's static interception leaf (localhost),
-// all ECDSA P-256 like BotBox's issued leaves.
+// pki writes a bench CA (ca.crt; the key stays in memory), the origin's
+// certificate (IP SANs 127.0.0.1 and ::1, DNS SAN localhost) and nginx's
+// static interception leaf (localhost), all ECDSA P-256 like BotBox's
+// issued leaves.
 func (r *runner) pki() error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
 	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "botbox-bench-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	caPEM, caKeyPEM, err := mitm.NewCA("botbox-bench-ca", 48*time.Hour, now)
 	if err != nil {
 		return err
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	if err := writePEM(r.path("ca.crt"), "CERTIFICATE", caDER); err != nil {
+	caCert, caKey, err := parsePair(caPEM, caKeyPEM)
+	if err != nil {
+		return fmt.Errorf("bench CA: %w", err)
+	}
+	if err := os.WriteFile(r.path("ca.crt"), caPEM, 0o600); err != nil {
 		return err
 	}
 	leaf := func(name string, serial int64, ips ...net.IP) error {
@@ -45,7 +44,7 @@ func (r *runner) pki() error {
 		}
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "localhost"},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour),
+			NotBefore: now.Add(-time.Minute), NotAfter: now.Add(47 * time.Hour),
 			DNSNames: []string{"localhost"}, IPAddresses: ips,
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		}
@@ -57,8 +56,7 @@ func (r *runner) pki() error {
 		if err != nil {
 			return err
 		}
-		// nginx serves the chain leaf+CA like a real intercepting proxy would not
-		// need to; the leaf alone is what BotBox sends too.
+		// The leaf alone, as BotBox sends it: clients trust ca.crt.
 		if err := writePEM(r.path(name+".crt"), "CERTIFICATE", der); err != nil {
 			return err
 		}
@@ -68,6 +66,28 @@ func (r *runner) pki() error {
 		return err
 	}
 	return leaf("nginx-leaf", 3)
+}
+
+// parsePair decodes the PEM certificate and PKCS#8 key that mitm.NewCA returns.
+func parsePair(certPEM, keyPEM []byte) (*x509.Certificate, crypto.Signer, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, nil, errors.New("no PEM block")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("key type %T cannot sign", k)
+	}
+	return cert, signer, nil
 }
 
 func writePEM(path, typ string, der []byte) error {

@@ -30,10 +30,10 @@ func (s stat) String() string {
 	return fmt.Sprintf("%s [%s–%s]", trim(s.med), trim(s.min), trim(s.max))
 }
 
+// trim formats a table value with three significant digits or more: no
+// decimals from 100 up, one from 10, two below.
 func trim(v float64) string {
 	switch {
-	case v >= 1000:
-		return strconv.FormatFloat(v, 'f', 0, 64)
 	case v >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	case v >= 10:

@@ -11,15 +11,19 @@ import (
 	"time"
 )
 
+// The lines of wrk's report that a cell needs. Latencies are printed by
+// wrk's format_time_us: "us", "ms" and "s" below a minute, then "m" and "h".
 var (
 	reReqs  = regexp.MustCompile(`(\d+) requests in`)
 	reRPS   = regexp.MustCompile(`Requests/sec:\s+([\d.]+)`)
-	reP50   = regexp.MustCompile(`\s50%\s+([\d.]+)(us|ms|s)`)
-	reP99   = regexp.MustCompile(`\s99%\s+([\d.]+)(us|ms|s)`)
+	reP50   = regexp.MustCompile(`\s50%\s+([\d.]+)(us|ms|s|m|h)\b`)
+	reP99   = regexp.MustCompile(`\s99%\s+([\d.]+)(us|ms|s|m|h)\b`)
 	reNon2  = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
 	reSockE = regexp.MustCompile(`Socket errors: (.*)`)
 )
 
+// toUS converts a latency match (value, unit) to microseconds; 0 when
+// there was no match.
 func toUS(m []string) float64 {
 	if m == nil {
 		return 0
@@ -30,6 +34,10 @@ func toUS(m []string) float64 {
 		v *= 1e3
 	case "s":
 		v *= 1e6
+	case "m":
+		v *= 60e6
+	case "h":
+		v *= 3600e6
 	}
 	return v
 }
@@ -41,7 +49,14 @@ func (r *runner) wrk(c *cell, conns int, dur time.Duration, args []string) error
 	if err != nil {
 		return fmt.Errorf("wrk: %v: %s", err, out)
 	}
-	s := string(out)
+	parseWrk(string(out), c)
+	return nil
+}
+
+// parseWrk fills the request count, req/s, p50 and p99 (µs) of c from a
+// wrk --latency report, and marks the cell bad (it does not score) on
+// non-2xx responses, socket errors or no request at all.
+func parseWrk(s string, c *cell) {
 	if m := reReqs.FindStringSubmatch(s); m != nil {
 		c.requests, _ = strconv.ParseInt(m[1], 10, 64)
 	}
@@ -60,9 +75,9 @@ func (r *runner) wrk(c *cell, conns int, dur time.Duration, args []string) error
 		bad = append(bad, "no requests")
 	}
 	c.bad = strings.Join(bad, "; ")
-	return nil
 }
 
+// kv reads the key=value numbers of a loadclient line.
 var reKV = regexp.MustCompile(`(\w+)=([\d.]+)`)
 
 func kv(s string) map[string]float64 {
