@@ -109,11 +109,23 @@ func TestFlagsAfterArguments(t *testing.T) {
 }
 
 func TestSubcommandHelpShowsUsageLine(t *testing.T) {
-	for _, args := range [][]string{{"check", "-h"}, {"version", "--help"}, {"ca", "new", "-h"}} {
-		code, _, errOut := runArgs(t, nil, args...)
-		if code != 0 || !strings.HasPrefix(errOut, "usage: botbox ") || !strings.Contains(errOut, "Flags:") {
-			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"check", "-h"}, "usage: botbox check [--files] [-c PATH | PATH]\n\nFlags:\n  -c PATH\n"},
+		{[]string{"check", "-h"}, "  --config PATH\n    \tPATH of the configuration file (default \"config.yaml\")\n"},
+		{[]string{"run", "--help"}, "usage: botbox run [flags]\n"},
+		{[]string{"version", "--help"}, "usage: botbox version\n"},
+		{[]string{"ca", "new", "-h"}, "  --days N\n    \tvalidity in days, N from 1 to 3650 (default 7)\n"},
+	} {
+		code, _, errOut := runArgs(t, nil, tt.args...)
+		if code != 0 || !strings.Contains(errOut, tt.want) || !strings.Contains(errOut, "`botbox help` lists every command.") {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tt.args, code, errOut, tt.want)
 		}
+	}
+	if code, out, _ := runArgs(t, nil, "-v"); code != 0 || !strings.HasPrefix(out, "botbox ") {
+		t.Errorf("-v: exit %d %q, want the version", code, out)
 	}
 }
 

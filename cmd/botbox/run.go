@@ -41,7 +41,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	getenv := func(k string) string { v, _ := lookupEnv(k); return v }
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		switch {
-		case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-V"):
+		case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-V" || args[0] == "-v"):
 			return runVersion(args[1:], stdout, stderr)
 		case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
 			fmt.Fprint(stdout, usage)
@@ -74,18 +74,22 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 }
 
-// newFlagSet returns a FlagSet that reports errors to stderr and does not exit.
+// newFlagSet returns a FlagSet that reports errors to stderr and does not
+// exit. Its -h output is "usage: NAME [flags]" and the flags in the
+// README's spelling (--config); setUsage replaces the first line with one
+// that names the command's arguments.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, name+" [flags]")
 	return fs
 }
 
 // configFlag registers -c and --config (the reference's spelling) on fs.
 func configFlag(fs *flag.FlagSet) *string {
 	p := new(string)
-	fs.StringVar(p, "config", "config.yaml", "path to the configuration file")
-	fs.StringVar(p, "c", "config.yaml", "path to the configuration file (shorthand)")
+	fs.StringVar(p, "config", "config.yaml", "`PATH` of the configuration file")
+	fs.StringVar(p, "c", "config.yaml", "`PATH` of the configuration file (shorthand for --config)")
 	return p
 }
 
@@ -94,8 +98,44 @@ func configFlag(fs *flag.FlagSet) *string {
 func setUsage(fs *flag.FlagSet, line string) {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: %s\n\nFlags:\n", line)
-		fs.PrintDefaults()
+		printFlags(fs)
+		fmt.Fprintln(fs.Output(), "\n`botbox help` lists every command.")
 	}
+}
+
+// isString reports whether f holds a string (its default is then quoted).
+func isString(f *flag.Flag) bool {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return false
+	}
+	_, ok = g.Get().(string)
+	return ok
+}
+
+// printFlags lists fs's flags as the README writes them: --name for long
+// names, -c for one letter (Go's flag package accepts both dashes for both).
+func printFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		name, usage := flag.UnquoteUsage(f)
+		line := "  " + dash + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		switch {
+		case f.DefValue == "" || f.DefValue == "false" || f.DefValue == "0":
+		case isString(f):
+			line += fmt.Sprintf(" (default %q)", f.DefValue)
+		default:
+			line += " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintln(fs.Output(), line)
+	})
 }
 
 // parseFlags parses and maps flag errors to exit codes; ok is false when the
