@@ -71,7 +71,7 @@ var allowedInternal = map[string][]string{
 	"buildinfo": {},
 	"admin":     {},
 	"config":    {"echo", "hostport", "secretref"},
-	"secrets":   {},
+	"secrets":   {"secretref"}, // secretref.Valid: the one secret_ref name rule
 	"policy":    {"config", "hostport"},
 	"rewrite":   {"config", "echo", "secrets"}, // secrets only for the Value type
 	"upstream":  {},
