@@ -429,6 +429,10 @@ func TestStrictness(t *testing.T) {
 		{name: "integer out of range", src: "listen_port: 99999999999999999999\n" + minimal, wants: []string{`line 1: listen_port: expected an integer, got a number "99999999999999999999"`}},
 		{name: "int64 overflow", src: "listen_port: 9223372036854775808\n" + minimal, wants: []string{`line 1: listen_port: integer "9223372036854775808" is out of range`}},
 		{name: "list item of wrong kind", src: "egress_policy:\n  rules:\n    - a.example\n    - {host: b.example, action: maybe}\n", wants: []string{`line 3: egress_policy.rules[0]: expected a mapping, got a string "a.example"`, "line 4: egress_policy.rules[1].action: must be allow or deny, got 'maybe'"}},
+		// yaml.v3 drops null list items silently, shifting later indexes.
+		{name: "null rule", src: "egress_policy:\n  rules:\n    -\n    - {host: a.com, action: maybe}\n", wants: []string{"line 3: egress_policy.rules[0]: empty list item", "line 4: egress_policy.rules[1].action: must be allow or deny, got 'maybe'"}},
+		{name: "null port", src: "egress_policy:\n  rules:\n    - {host: a.com, action: allow, allowed_ports: [~, 0]}\n", wants: []string{"line 3: egress_policy.rules[0].allowed_ports[0]: empty list item", "egress_policy.rules[0].allowed_ports[1]: port 0 out of range"}},
+		{name: "null rewrite via alias", src: "x: &n ~\negress_policy:\n  rules:\n    - {host: a.com, action: allow, header_rewrites: [*n]}\n", wants: []string{"egress_policy.rules[0].header_rewrites[0]: empty list item"}},
 		{name: "non-scalar key", src: "? [a]\n: 1\n" + minimal, wants: []string{"line 1: a key must be a plain name, got a list"}},
 		{
 			name:  "port out of uint16 range",

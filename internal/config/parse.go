@@ -195,7 +195,16 @@ func (ck *nodeChecker) check(n *yaml.Node, t reflect.Type, path string) *yaml.No
 			return bad("expected a list, got %s", describe(v))
 		}
 		for i, item := range v.Content {
-			if r := ck.check(item, t.Elem(), path+"["+strconv.Itoa(i)+"]"); r != nil {
+			p := path + "[" + strconv.Itoa(i) + "]"
+			if item.ShortTag() == "!!null" { // an alias reports its target's tag
+				// yaml.v3 silently drops a null list item, which would
+				// shift the index (and line) of every later item.
+				ck.add(p, item.Line, "empty list item (a '-' with nothing after it); remove it or fill it in")
+				ck.typeErrors = append(ck.typeErrors, p)
+				v.Content[i] = placeholder(item, t.Elem(), false)
+				continue
+			}
+			if r := ck.check(item, t.Elem(), p); r != nil {
 				v.Content[i] = r
 			}
 		}
