@@ -174,7 +174,8 @@ func (ck *nodeChecker) check(n *yaml.Node, t reflect.Type, path string) *yaml.No
 		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" {
 			return bad("expected true or false, got %s", describe(v))
 		}
-	case reflect.Int64:
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
 			return bad("expected an integer, got %s", describe(v))
 		}
@@ -182,9 +183,26 @@ func (ck *nodeChecker) check(n *yaml.Node, t reflect.Type, path string) *yaml.No
 		if d := strings.TrimLeft(v.Value, "+-"); len(d) > 1 && d[0] == '0' && d[1] >= '0' && d[1] <= '9' {
 			return bad("integer %q has a leading zero (YAML reads it as octal); write it without", clip(v.Value))
 		}
-		var i int64
-		if err := v.Decode(&i); err != nil {
+		if err := v.Decode(reflect.New(t).Interface()); err != nil {
 			return bad("integer %q is out of range", clip(v.Value))
+		}
+	case reflect.Float32, reflect.Float64:
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" && v.ShortTag() != "!!float" {
+			return bad("expected a number, got %s", describe(v))
+		}
+	case reflect.Map:
+		if v.Kind != yaml.MappingNode {
+			return bad("expected a mapping, got %s", describe(v))
+		}
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			k := v.Content[i]
+			if k.Kind != yaml.ScalarNode || t.Key().Kind() != reflect.String {
+				// Only string-keyed maps are meant for a config file.
+				return bad("expected a mapping of names to values")
+			}
+			if r := ck.check(v.Content[i+1], t.Elem(), path+"."+k.Value); r != nil {
+				v.Content[i+1] = r
+			}
 		}
 	case reflect.String:
 		if v.Kind != yaml.ScalarNode {
@@ -292,15 +310,19 @@ func yamlName(f reflect.StructField) string {
 // (see check). t is the element type, ptr whether the field is a pointer.
 func placeholder(n *yaml.Node, t reflect.Type, ptr bool) *yaml.Node {
 	r := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null", Line: n.Line, Column: n.Column}
-	switch {
-	case t.Kind() == reflect.Int64:
+	switch k := t.Kind(); {
+	case k >= reflect.Int && k <= reflect.Int64:
 		r.Tag, r.Value = "!!int", "-1"
 	case ptr:
-	case t.Kind() == reflect.Struct:
+	case k == reflect.Struct || k == reflect.Map:
 		r.Kind, r.Tag, r.Value = yaml.MappingNode, "!!map", ""
-	case t.Kind() == reflect.Bool:
+	case k == reflect.Slice:
+		r.Kind, r.Tag, r.Value = yaml.SequenceNode, "!!seq", ""
+	case k >= reflect.Uint && k <= reflect.Float64:
+		r.Tag, r.Value = "!!int", "0"
+	case k == reflect.Bool:
 		r.Tag, r.Value = "!!bool", "false"
-	case t.Kind() == reflect.String:
+	case k == reflect.String:
 		r.Tag, r.Value = "!!str", ""
 	}
 	return r
