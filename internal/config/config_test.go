@@ -421,6 +421,10 @@ func TestStrictness(t *testing.T) {
 		// go-yaml reports this one a line early; the message names the tab's line.
 		{name: "tab in a list item", src: "egress_policy:\n  rules:\n    - host: a\n\t  action: allow\n", wants: []string{"line 4: invalid YAML: a tab is used for indentation"}},
 		{name: "tab in block scalar is content", src: "egress_policy:\n  rules: []\nx: |\n  a\n  \tb\ny: [\n", wants: []string{"line 6: invalid YAML: did not find expected node content"}},
+		// go-yaml names the start of the list; the message names the mis-indented line.
+		{name: "mis-indented key", src: "egress_policy:\n  default_action: deny\n  rules:\n    - host: a.example\n      action: allow\n    - host: b.example\n     action: allow\n", wants: []string{"line 7: invalid YAML: did not find expected '-' indicator; check the indentation of this line"}},
+		{name: "mis-indented rewrite key", src: "egress_policy:\n  rules:\n    - host: a.example\n      action: allow\n      header_rewrites:\n        - name: X\n         value: y\n", wants: []string{"line 7: invalid YAML: did not find expected '-' indicator; check the indentation of this line"}},
+		{name: "syntax error at its line", src: "listen_port: 1\n egress_policy:\n  rules: []\n", wants: []string{"line 2: invalid YAML: mapping values are not allowed in this context"}},
 		// A type error does not hide the other checks.
 		{
 			name:  "type error with other problems",

@@ -352,10 +352,46 @@ func describe(n *yaml.Node) string {
 func syntaxProblem(err error, data []byte) *FieldError {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	line, rest := cutLine(msg)
+	if l := problemLine(data, line, err.Error()); l > 0 {
+		if l > line+1 { // go-yaml named the start of the enclosing block
+			rest += "; check the indentation of this line"
+		}
+		line = l
+	}
 	if tab := tabIndentedLine(data, line); tab > 0 {
 		return &FieldError{Line: tab, Msg: "invalid YAML: a tab is used for indentation; YAML indentation must use spaces"}
 	}
 	return &FieldError{Line: line, Msg: "invalid YAML: " + rest}
+}
+
+// problemLine returns the line where data stops being valid YAML: the first
+// k >= from such that the first k lines alone fail with the same error as
+// the whole file, or 0. go-yaml reports the line where the enclosing block
+// starts ("did not find expected '-' indicator" names the first item of a
+// list, not the mis-indented key five lines below); the error itself is not
+// reinterpreted, only compared. Files of more than maxProblemScan lines are
+// not scanned (the scan parses up to one prefix per line).
+func problemLine(data []byte, from int, whole string) int {
+	const maxProblemScan = 2000
+	if from < 1 || bytes.Count(data, []byte("\n")) > maxProblemScan {
+		return 0
+	}
+	end := 0
+	for k := 1; end < len(data); k++ {
+		if i := bytes.IndexByte(data[end:], '\n'); i >= 0 {
+			end += i + 1
+		} else {
+			end = len(data)
+		}
+		if k < from {
+			continue
+		}
+		var n yaml.Node
+		if err := yaml.Unmarshal(data[:end], &n); err != nil && err.Error() == whole {
+			return k
+		}
+	}
+	return 0
 }
 
 // tabIndentedLine returns errLine, or else the line after it, when that line
