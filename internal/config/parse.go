@@ -369,29 +369,37 @@ func syntaxProblem(err error, data []byte) *FieldError {
 // the whole file, or 0. go-yaml reports the line where the enclosing block
 // starts ("did not find expected '-' indicator" names the first item of a
 // list, not the mis-indented key five lines below); the error itself is not
-// reinterpreted, only compared. Files of more than maxProblemScan lines are
-// not scanned (the scan parses up to one prefix per line).
+// reinterpreted, only compared. Once the bad line is in a prefix, every
+// longer prefix fails the same way (the parser stops there), so the line is
+// found by binary search: O(log lines) parses.
 func problemLine(data []byte, from int, whole string) int {
-	const maxProblemScan = 2000
-	if from < 1 || bytes.Count(data, []byte("\n")) > maxProblemScan {
+	ends := []int{} // ends[k-1] is the end offset of line k
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		ends = append(ends, len(data))
+	}
+	fails := func(k int) bool {
+		var n yaml.Node
+		err := yaml.Unmarshal(data[:ends[k-1]], &n)
+		return err != nil && err.Error() == whole
+	}
+	if from < 1 || from > len(ends) || !fails(len(ends)) {
 		return 0
 	}
-	end := 0
-	for k := 1; end < len(data); k++ {
-		if i := bytes.IndexByte(data[end:], '\n'); i >= 0 {
-			end += i + 1
+	lo, hi := from, len(ends) // fails(hi) holds
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if fails(mid) {
+			hi = mid
 		} else {
-			end = len(data)
-		}
-		if k < from {
-			continue
-		}
-		var n yaml.Node
-		if err := yaml.Unmarshal(data[:end], &n); err != nil && err.Error() == whole {
-			return k
+			lo = mid + 1
 		}
 	}
-	return 0
+	return lo
 }
 
 // tabIndentedLine returns errLine, or else the line after it, when that line
