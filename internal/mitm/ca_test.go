@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -440,4 +441,28 @@ func TestWriteCARemovesPartialFiles(t *testing.T) {
 			t.Errorf("%s left behind after a failed write: %v", p, err)
 		}
 	}
+}
+
+// FuzzParsePEM: the CA file parsers and the swapped-files hint never panic
+// on operator input, and parse errors never repeat the file's bytes.
+func FuzzParsePEM(f *testing.F) {
+	certPEM, keyPEM, err := NewCA("", time.Hour, time.Now())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(certPEM)
+	f.Add(keyPEM)
+	f.Add(append(append([]byte{}, certPEM...), keyPEM...))
+	f.Add([]byte("-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, err := range []error{
+			func() error { _, err := parseCertPEM(data); return err }(),
+			func() error { _, err := parseKeyPEM(slices.Clone(data)); return err }(),
+		} {
+			if err != nil && len(data) >= 16 && strings.Contains(err.Error(), string(data)) {
+				t.Fatalf("error repeats the input: %v", err)
+			}
+		}
+		_ = swapHint(data, "PRIVATE KEY", "a private key")
+	})
 }
