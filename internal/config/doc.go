@@ -23,7 +23,9 @@
 //
 //	cfg, err := config.Load(path)
 //	if err != nil {
-//		for _, p := range config.Problems(err) { fmt.Fprintln(stderr, p) }
+//		ps := config.Problems(err)
+//		if len(ps) == 0 { fmt.Fprintln(stderr, err) } // not read: "config file not found: PATH"
+//		for _, p := range ps { fmt.Fprintln(stderr, p) }
 //		return 1
 //	}
 //	if err := config.ApplyEnv(cfg, os.Getenv); err != nil { … }
