@@ -6,8 +6,11 @@ import (
 	"time"
 )
 
-// Config is the validated, immutable configuration BotBox runs with. It is
-// produced only by Parse/Load; every default is already filled in.
+// Config is the validated configuration BotBox runs with. It is produced
+// only by Parse/Load, with every default filled in; ApplyEnv may then
+// override fields from the environment. After that it is read-only: it is
+// shared by every goroutine without locks, slices included, so nothing may
+// modify it once the server starts.
 type Config struct {
 	// ListenAddr is the plain HTTP proxy listener address (default 127.0.0.1).
 	ListenAddr netip.Addr

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/secretref"
 )
 
 // Defaults. The reference's values where it has the key or hard-codes the
@@ -334,10 +335,10 @@ func (c *checker) ruleHost(path string, raw *string) (string, bool) {
 	}
 	hp, err2 := hostport.Parse(*raw)
 	if err2 != nil || !hp.HasPort {
-		c.errorf(path, "%v", err)
+		c.errorf(path, "%v%s", err, hostHint(*raw))
 		return "", false
 	}
-	c.warn(path, fmt.Sprintf("port %d in host '%s' is ignored; only allowed_ports selects ports (without it only 443 is allowed)", hp.Port, clip(*raw)))
+	c.warn(path, fmt.Sprintf("port %d in host '%s' is ignored; only allowed_ports selects ports (without it only 443 is allowed)%s", hp.Port, clip(*raw), portHint(hp)))
 	return hp.Host, true
 }
 
@@ -352,7 +353,7 @@ func (c *checker) rewrite(path, host string, w wireRewrite) (HeaderRewrite, bool
 	case !httpguts.ValidHeaderFieldName(h.Name):
 		c.errorf(path+".name", "invalid header name '%s' in rewrite for host '%s'", clip(h.Name), host)
 		ok = false
-	case reservedHeader(h.Name):
+	case ReservedHeader(h.Name):
 		c.errorf(path+".name", "header '%s' cannot be used in rewrites (reserved/hop-by-hop) for host '%s'", h.Name, host)
 		ok = false
 	}
@@ -364,8 +365,8 @@ func (c *checker) rewrite(path, host string, w wireRewrite) (HeaderRewrite, bool
 	}
 	// The value is never quoted in messages: a static value may be a credential.
 	if w.SecretRef != nil {
-		if !validSecretRef(h.SecretRef) {
-			c.errorf(path+".secret_ref", "secret_ref '%s' for header '%s' must be a plain file name in secrets_dir (not empty, no '/', no whitespace or control characters, not starting with '.')", clip(h.SecretRef), name)
+		if !secretref.Valid(h.SecretRef) {
+			c.errorf(path+".secret_ref", "secret_ref '%s' for header '%s' must be %s", clip(h.SecretRef), name, secretref.Rule)
 			ok = false
 		}
 		if w.Value != nil && !strings.Contains(h.Value, "{value}") {
@@ -383,30 +384,17 @@ func (c *checker) rewrite(path, host string, w wireRewrite) (HeaderRewrite, bool
 	return h, ok
 }
 
-// reservedHeader reports the headers a rewrite may not set: Host and the
-// hop-by-hop headers (the reference's list).
-func reservedHeader(name string) bool {
+// ReservedHeader reports (case-insensitively) the headers a rewrite may not
+// set: Host, which the proxy sets from the upstream authority, and the
+// hop-by-hop headers, which would change how the upstream connection
+// behaves (the reference's list). Package rewrite refuses the same list.
+func ReservedHeader(name string) bool {
 	switch strings.ToLower(name) {
 	case "host", "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
 		"proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade":
 		return true
 	}
 	return false
-}
-
-// validSecretRef reports whether ref is a plain file name that the secrets
-// loader can hold: not empty, at most 255 bytes, no '/', no leading '.'
-// (dotfiles are skipped by the loader), no whitespace or control bytes.
-func validSecretRef(ref string) bool {
-	if ref == "" || len(ref) > 255 || ref[0] == '.' {
-		return false
-	}
-	for i := 0; i < len(ref); i++ {
-		if b := ref[i]; b == '/' || b <= ' ' || b == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 func (c *checker) interception(w *wireInterception, cfg *Config) Interception {

@@ -2,7 +2,7 @@ package config
 
 // The wire structs mirror the YAML file one to one. Pointers mark keys whose
 // absence differs from their zero value (absent = default). They have no
-// custom UnmarshalYAML on purpose: strict decoding (KnownFields) does not
+// custom UnmarshalYAML on purpose: the node walk of parse.go (nodeChecker) does not
 // reach inside custom unmarshalers. Special scalars (addresses, actions,
 // levels, ranges) are interpreted after decoding, in validate.go.
 
