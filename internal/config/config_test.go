@@ -176,6 +176,7 @@ func TestDefaults(t *testing.T) {
 			DownstreamReadHeader:   10 * time.Second,
 			DownstreamIdle:         120 * time.Second,
 			Shutdown:               25 * time.Second,
+			TunnelIdle:             600 * time.Second,
 		},
 		SecretsReloadDebounce: 2 * time.Second,
 		SecretsResyncInterval: 30 * time.Second,
@@ -499,6 +500,7 @@ func TestTimeoutRanges(t *testing.T) {
 		{"shutdown_timeout_seconds", "1", "3600"},
 		{"secrets_reload_debounce_ms", "1", "60000"},
 		{"secrets_resync_seconds", "1", "3600"},
+		{"tunnel_idle_timeout_seconds", "1", "86400"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -524,6 +526,7 @@ idle_timeout_seconds: 60
 shutdown_timeout_seconds: 10
 secrets_reload_debounce_ms: 100
 secrets_resync_seconds: 5
+tunnel_idle_timeout_seconds: 300
 `+minimal)
 	want := Timeouts{
 		UpstreamConnect:        1500 * time.Millisecond,
@@ -532,6 +535,7 @@ secrets_resync_seconds: 5
 		DownstreamReadHeader:   2 * time.Second,
 		DownstreamIdle:         time.Minute,
 		Shutdown:               10 * time.Second,
+		TunnelIdle:             5 * time.Minute,
 	}
 	if d := cmp.Diff(want, c.Timeouts); d != "" {
 		t.Errorf("Timeouts (-want +got):\n%s", d)

@@ -231,10 +231,9 @@ func BenchmarkHostCanonicalisation(b *testing.B) {
 
 // BenchmarkRequestID is the per-request id (UUID v4 from crypto/rand).
 func BenchmarkRequestID(b *testing.B) {
-	h := &Handler{now: time.Now}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = h.newExchange(ListenerHTTP)
+		_ = newRequestID()
 	}
 }
 
@@ -308,12 +307,12 @@ func BenchmarkLogDecision(b *testing.B) {
 	h := newBenchHandler(b, cannedTransport{}, 8443, "")
 	req := parsedRequest(b, fmt.Sprintf(benchReq, "api.example.test"))
 	c := h.state.Load()
-	x := h.newExchange(ListenerHTTP)
+	x := h.newExchange(ListenerHTTP, &discardWriter{h: http.Header{}}, req)
 	x.host, x.port, x.hostLabel, x.decision, x.reason, x.rule = "api.example.test", 443, "api.example.test", telemetry.DecisionAllow, "rule_allow", "api.example.test"
-	x.rewrites, x.logNames, x.logRefs, x.rewritten, x.upstreamCode = c.rewrites[0], c.logNames[0], c.logRefs[0], []string{"Authorization"}, 200
-	w := &countingWriter{status: 200, n: int64(len(benchBody))}
+	x.rewrites, x.rewritten, x.upstreamCode, x.upstreamAddr = c.rewrites[0], []string{"Authorization"}, 200, "127.0.0.1:443"
+	x.cw.status, x.cw.n = 200, int64(len(benchBody))
 	b.ReportAllocs()
 	for b.Loop() {
-		h.logDecision(req, x, w, nil)
+		h.logDecision(req, x)
 	}
 }

@@ -20,13 +20,9 @@ const (
 // queries written against the reference keep matching.
 const (
 	TargetMain         = "botbox"
-	TargetConfig       = "botbox::config"
 	TargetProxy        = "botbox::proxy"
 	TargetInterception = "botbox::https_interception"
 	TargetSecrets      = "botbox::secrets"
-	TargetMetrics      = "botbox::metrics"
-	TargetUpstream     = "botbox::upstream"
-	TargetNetfilter    = "botbox::netfilter"
 )
 
 // NewLogger returns a logger writing one JSON object per line to w, with the
