@@ -177,6 +177,12 @@ func (h *Handler) logDecision(r *http.Request, x *exchange) {
 			x.reason = reason
 		}
 	}
+	if x.decision == telemetry.DecisionAllow && !x.aborted && x.ctx.Err() != nil {
+		// The agent's connection went away while the exchange ran. The
+		// transport may then end the origin's body with a plain io.EOF, so
+		// upstreamBody alone cannot tell (TestClientClosedMidBody).
+		h.abort(x, telemetry.AbortClientClosed, context.Cause(x.ctx))
+	}
 	level := x.level(status)
 	if x.decision != telemetry.DecisionAllow && h.repeats.suppress(x, r.Method, status, level) {
 		return

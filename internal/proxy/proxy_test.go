@@ -30,6 +30,7 @@ import (
 
 const testConfig = `
 secrets_dir: %s
+%s
 egress_policy:
   default_action: %s
   rules:
@@ -85,6 +86,8 @@ type envOpts struct {
 	responseHeader time.Duration
 	http2Origin    bool
 	plainOrigin    bool
+	extraConfig    string           // top-level YAML lines added to testConfig
+	now            func() time.Time // the handler's clock (default time.Now)
 }
 
 func newEnv(t *testing.T, o envOpts) *testEnv {
@@ -119,7 +122,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 
 	e.secretDir = t.TempDir()
 	e.writeSecret("api-key", "sk-test-12345\n")
-	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, e.secretDir, o.defaultAction)))
+	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, e.secretDir, o.extraConfig, o.defaultAction)))
 	if err != nil {
 		t.Fatalf("config.Parse: %v", err)
 	}
@@ -151,7 +154,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.metrics = telemetry.NewMetrics()
-	e.handler, err = New(Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger})
+	e.handler, err = New(Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}

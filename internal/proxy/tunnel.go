@@ -108,6 +108,16 @@ func (s *tunnelSet) open(c net.Conn, idle time.Duration) *tunnelConn {
 	return t
 }
 
+// len is the number of open tunnels.
+func (s *tunnelSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
+// openTunnels is the number of open tunnels (for tests and, later, a gauge).
+func (h *Handler) openTunnels() int { return h.tunnels.len() }
+
 func (s *tunnelSet) remove(t *tunnelConn) {
 	s.mu.Lock()
 	delete(s.m, t)
