@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -57,6 +58,11 @@ const (
 
 func newBenchHandler(b *testing.B, tr http.RoundTripper, port int, extra string) *Handler {
 	b.Helper()
+	return newBenchHandlerLog(b, tr, port, extra, telemetry.NewLogger(io.Discard, nil))
+}
+
+func newBenchHandlerLog(b *testing.B, tr http.RoundTripper, port int, extra string, base *slog.Logger) *Handler {
+	b.Helper()
 	dir := b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "api-key"), []byte(benchSecret+"\n"), 0o600); err != nil {
 		b.Fatal(err)
@@ -65,7 +71,7 @@ func newBenchHandler(b *testing.B, tr http.RoundTripper, port int, extra string)
 	if err != nil {
 		b.Fatal(err)
 	}
-	logger := telemetry.WithTarget(telemetry.NewLogger(io.Discard, nil), telemetry.TargetProxy)
+	logger := telemetry.WithTarget(base, telemetry.TargetProxy)
 	store, err := secrets.Open(secrets.Options{Dir: dir, Required: cfg.RequiredSecretRefs(), Logger: logger})
 	if err != nil {
 		b.Fatal(err)
@@ -187,6 +193,44 @@ func BenchmarkServePlainPOST(b *testing.B) {
 		if w.status != http.StatusOK {
 			b.Fatalf("status %d", w.status)
 		}
+	}
+}
+
+// slogJSONLogger is the alternative to telemetry.NewLogger in the A/B of
+// BenchmarkServePlainLogHandler: slog's own JSON handler with the same key
+// renames (what NewLogger wrapped before its fast path).
+func slogJSONLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) != 0 {
+			return a
+		}
+		switch a.Key {
+		case slog.TimeKey:
+			return slog.Time(telemetry.KeyTimestamp, a.Value.Time().UTC())
+		case slog.LevelKey:
+			return slog.String(telemetry.KeyLevel, a.Value.String())
+		case slog.MessageKey:
+			a.Key = telemetry.KeyMessage
+		}
+		return a
+	}}))
+}
+
+// BenchmarkServePlainLogHandler is BenchmarkServePlain with each JSON log
+// handler in the same run (docs/performance.md, "Decision line"): whether
+// telemetry's own encoder earns its keep per request.
+func BenchmarkServePlainLogHandler(b *testing.B) {
+	for _, v := range []struct {
+		name   string
+		logger *slog.Logger
+	}{
+		{"log=telemetry", telemetry.NewLogger(io.Discard, nil)},
+		{"log=slog", slogJSONLogger(io.Discard)},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			h := newBenchHandlerLog(b, cannedTransport{}, 8443, "", v.logger)
+			serveLoop(b, h.Plain(), parsedRequest(b, fmt.Sprintf(benchReq, "api.example.test")))
+		})
 	}
 }
 
