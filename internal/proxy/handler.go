@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
@@ -20,7 +21,11 @@ import (
 	"github.com/botbox/botbox/internal/telemetry"
 )
 
-var _ http.ResponseWriter = (*countingWriter)(nil)
+var (
+	_ http.ResponseWriter = (*countingWriter)(nil)
+	_ http.Hijacker       = (*countingWriter)(nil)
+	_ net.Conn            = (*tunnelConn)(nil)
+)
 
 // SecretSource gives one immutable snapshot of the secrets per request, so
 // that every header of a request is filled from the same generation even
@@ -47,7 +52,8 @@ type Options struct {
 	Metrics *telemetry.Metrics
 	// Logger receives the canonical decision lines.
 	Logger *slog.Logger
-	// Now is the clock (default time.Now).
+	// Now is the clock of durations and of the repeated-denial window
+	// (default time.Now). Tunnel idle timeouts use the runtime's timers.
 	Now func() time.Time
 }
 
