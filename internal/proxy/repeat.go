@@ -154,6 +154,26 @@ func (l *repeatLog) flushExpired() {
 	l.write(pending)
 }
 
+// flushAll reports every pending count now and forgets all runs.
+func (l *repeatLog) flushAll() {
+	var pending []repeatRun
+	l.mu.Lock()
+	for remote, run := range l.runs {
+		if run.count > 0 {
+			pending = append(pending, *run)
+		}
+		delete(l.runs, remote)
+	}
+	l.mu.Unlock()
+	l.write(pending)
+}
+
+// FlushLogs writes, now, the summary lines of repeated denials still being
+// counted (they are otherwise written within a second by a timer), so that
+// none is lost when the process exits. The server calls it once the
+// listeners are drained. Safe for concurrent use.
+func (h *Handler) FlushLogs() { h.repeats.flushAll() }
+
 // write logs one summary line per run: the fields the repeats shared, and
 // how many there were.
 func (l *repeatLog) write(runs []repeatRun) {

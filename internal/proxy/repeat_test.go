@@ -135,6 +135,35 @@ func TestRepeatSummaryAfterWindow(t *testing.T) {
 	})
 }
 
+// TestFlushLogs: pending summaries are written on demand (at shutdown),
+// before their window ends.
+func TestFlushLogs(t *testing.T) {
+	frozen := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	e := newEnv(t, envOpts{now: func() time.Time { return frozen }})
+	c, err := net.Dial("tcp", e.plain.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, strings.Repeat("GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n", 4))
+	br := bufio.NewReader(c)
+	for range 4 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if n := len(e.waitDecisions(1)); n != 1 {
+		t.Fatalf("%d lines before the flush, want 1", n)
+	}
+	e.handler.FlushLogs()
+	recs := e.logs.Find(msgDecision)
+	if len(recs) != 2 || recs[1]["repeated"] != float64(3) {
+		t.Errorf("after FlushLogs: %v, want the summary of 3 repeats", recs)
+	}
+}
+
 // TestRepeatStateBounded: however many connections deny, the state holds
 // at most maxRepeatConns runs, and no pending count is lost on eviction.
 func TestRepeatStateBounded(t *testing.T) {
