@@ -273,11 +273,15 @@ func BenchmarkHostCanonicalisation(b *testing.B) {
 	}
 }
 
-// BenchmarkRequestID is the per-request id (UUID v4 from crypto/rand).
+// BenchmarkRequestID is the exchange record with its UUID v4 request id
+// (crypto/rand).
 func BenchmarkRequestID(b *testing.B) {
+	h := &Handler{now: time.Now}
+	req := parsedRequest(b, fmt.Sprintf(benchReq, "api.example.test"))
+	w := &discardWriter{h: http.Header{}}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = newRequestID()
+		_ = h.newExchange(ListenerHTTP, w, req)
 	}
 }
 
