@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -284,6 +285,13 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	c.status = http.StatusSwitchingProtocols
 	t := c.x.h.tunnels.open(conn, c.x.h.tunnelIdle)
+	if n := brw.Reader.Buffered(); n > 0 {
+		// Bytes the agent sent right behind the upgrade request are in the
+		// server's read buffer, which ReverseProxy never reads: the tunnel
+		// delivers them first (TestTunnelKeepsBytesSentWithTheUpgrade).
+		pre, _ := brw.Reader.Peek(n)
+		t.pending = bytes.Clone(pre)
+	}
 	c.x.tunnel = t
 	return t, brw, nil
 }

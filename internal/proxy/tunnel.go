@@ -135,6 +135,10 @@ type tunnelConn struct {
 	set  *tunnelSet
 	idle time.Duration
 	born time.Time // monotonic base of last
+	// pending holds agent bytes read ahead by the HTTP server, returned by
+	// Read before the connection's own; only the one reading goroutine of
+	// ReverseProxy touches it.
+	pending []byte
 
 	in, out atomic.Int64
 	last    atomic.Int64           // time since born of the last byte, in nanoseconds
@@ -147,6 +151,13 @@ type tunnelConn struct {
 }
 
 func (t *tunnelConn) Read(p []byte) (int, error) {
+	if len(t.pending) > 0 {
+		n := copy(p, t.pending)
+		t.pending = t.pending[n:]
+		t.in.Add(int64(n))
+		t.last.Store(int64(time.Since(t.born)))
+		return n, nil
+	}
 	n, err := t.Conn.Read(p)
 	if n > 0 {
 		t.in.Add(int64(n))

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -60,6 +61,33 @@ func TestWebSocketTunnelCounted(t *testing.T) {
 	}
 	if line["reason"] != "rule_allow" || line["level"] != "INFO" {
 		t.Errorf("tunnel line = %v, want rule_allow at INFO", line)
+	}
+}
+
+// TestTunnelKeepsBytesSentWithTheUpgrade: bytes the agent sends in the same
+// write as the upgrade request (read ahead by the HTTP server) reach the
+// origin through the tunnel; ReverseProxy alone dropped them.
+func TestTunnelKeepsBytesSentWithTheUpgrade(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.originMux.HandleFunc("/ws", wsecho.Handler(nil))
+	c, err := net.Dial("tcp", e.plain.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nping\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v, %v", resp, err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+		t.Fatalf("after the upgrade got %q, %v; want the echo of the pipelined line", line, err)
+	}
+	c.Close()
+	if line := e.waitDecisions(1)[0]; line["bytes_in"] != float64(5) {
+		t.Errorf("bytes_in = %v, want 5", line["bytes_in"])
 	}
 }
 
