@@ -178,6 +178,7 @@ func TestDefaults(t *testing.T) {
 			DownstreamReadHeader:   10 * time.Second,
 			DownstreamIdle:         120 * time.Second,
 			Shutdown:               25 * time.Second,
+			TunnelIdle:             600 * time.Second,
 		},
 		SecretsReloadDebounce: 2 * time.Second,
 		SecretsResyncInterval: 30 * time.Second,
@@ -530,6 +531,7 @@ func TestTimeoutRanges(t *testing.T) {
 		{"shutdown_timeout_seconds", "1", "3600"},
 		{"secrets_reload_debounce_ms", "1", "60000"},
 		{"secrets_resync_seconds", "1", "3600"},
+		{"tunnel_idle_timeout_seconds", "1", "86400"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -557,6 +559,7 @@ secrets_reload_debounce_ms: 100
 secrets_resync_seconds: 5
 upstream_max_conns_per_host: 8
 upstream_max_idle_conns: 16
+tunnel_idle_timeout_seconds: 300
 `+minimal)
 	if c.UpstreamMaxConnsPerHost != 8 || c.UpstreamMaxIdleConns != 16 {
 		t.Errorf("UpstreamMaxConnsPerHost, UpstreamMaxIdleConns = %d, %d, want 8, 16", c.UpstreamMaxConnsPerHost, c.UpstreamMaxIdleConns)
@@ -568,6 +571,7 @@ upstream_max_idle_conns: 16
 		DownstreamReadHeader:   2 * time.Second,
 		DownstreamIdle:         time.Minute,
 		Shutdown:               10 * time.Second,
+		TunnelIdle:             5 * time.Minute,
 	}
 	if d := cmp.Diff(want, c.Timeouts); d != "" {
 		t.Errorf("Timeouts (-want +got):\n%s", d)

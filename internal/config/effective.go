@@ -29,6 +29,7 @@ type effConfig struct {
 	ShutdownTimeoutSeconds          int64 `yaml:"shutdown_timeout_seconds"`
 	SecretsReloadDebounceMS         int64 `yaml:"secrets_reload_debounce_ms"`
 	SecretsResyncSeconds            int64 `yaml:"secrets_resync_seconds"`
+	TunnelIdleTimeoutSeconds        int64 `yaml:"tunnel_idle_timeout_seconds"`
 
 	UpstreamMaxConnsPerHost int `yaml:"upstream_max_conns_per_host"`
 	UpstreamMaxIdleConns    int `yaml:"upstream_max_idle_conns"`
@@ -98,6 +99,7 @@ func (c *Config) Effective() ([]byte, error) {
 		ShutdownTimeoutSeconds:          seconds(c.Timeouts.Shutdown),
 		SecretsReloadDebounceMS:         c.SecretsReloadDebounce.Milliseconds(),
 		SecretsResyncSeconds:            seconds(c.SecretsResyncInterval),
+		TunnelIdleTimeoutSeconds:        seconds(c.Timeouts.TunnelIdle),
 
 		UpstreamMaxConnsPerHost: c.UpstreamMaxConnsPerHost,
 		UpstreamMaxIdleConns:    c.UpstreamMaxIdleConns,

@@ -138,4 +138,7 @@ type Timeouts struct {
 	// Shutdown is the single drain deadline after SIGTERM (default 25s, below
 	// Kubernetes' 30s grace period).
 	Shutdown time.Duration
+	// TunnelIdle closes an upgrade tunnel (WebSocket) after this long with
+	// no byte in either direction (default 600s; at least 1s).
+	TunnelIdle time.Duration
 }

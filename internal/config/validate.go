@@ -33,6 +33,10 @@ const (
 	defaultShutdownTimeoutSeconds          = 25
 	defaultSecretsReloadDebounceMS         = 2000
 	defaultSecretsResyncSeconds            = 30
+	// defaultTunnelIdleTimeoutSeconds: realtime APIs keep a WebSocket
+	// silent between turns for minutes; 10 minutes cuts only abandoned
+	// tunnels.
+	defaultTunnelIdleTimeoutSeconds = 600
 
 	defaultUpstreamMaxConnsPerHost = 512
 	defaultUpstreamMaxIdleConns    = 1024
@@ -172,6 +176,7 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 		DownstreamReadHeader:   c.ms("read_header_timeout_ms", w.ReadHeaderTimeoutMS, defaultReadHeaderTimeoutMS, 1, 600_000),
 		DownstreamIdle:         c.seconds("idle_timeout_seconds", w.IdleTimeoutSeconds, defaultIdleTimeoutSeconds, 1, 3600),
 		Shutdown:               c.seconds("shutdown_timeout_seconds", w.ShutdownTimeoutSeconds, defaultShutdownTimeoutSeconds, 1, 3600),
+		TunnelIdle:             c.seconds("tunnel_idle_timeout_seconds", w.TunnelIdleTimeoutSeconds, defaultTunnelIdleTimeoutSeconds, 1, 86400),
 	}
 	cfg.SecretsReloadDebounce = c.ms("secrets_reload_debounce_ms", w.SecretsReloadDebounceMS, defaultSecretsReloadDebounceMS, 1, 60_000)
 	cfg.SecretsResyncInterval = c.seconds("secrets_resync_seconds", w.SecretsResyncSeconds, defaultSecretsResyncSeconds, 1, 3600)

@@ -26,6 +26,7 @@ type wireConfig struct {
 	ShutdownTimeoutSeconds          *int64 `yaml:"shutdown_timeout_seconds"`
 	SecretsReloadDebounceMS         *int64 `yaml:"secrets_reload_debounce_ms"`
 	SecretsResyncSeconds            *int64 `yaml:"secrets_resync_seconds"`
+	TunnelIdleTimeoutSeconds        *int64 `yaml:"tunnel_idle_timeout_seconds"`
 
 	UpstreamMaxConnsPerHost *int64 `yaml:"upstream_max_conns_per_host"`
 	UpstreamMaxIdleConns    *int64 `yaml:"upstream_max_idle_conns"`

@@ -30,6 +30,7 @@ import (
 
 const testConfig = `
 secrets_dir: %s
+%s
 egress_policy:
   default_action: %s
   rules:
@@ -85,6 +86,8 @@ type envOpts struct {
 	responseHeader time.Duration
 	http2Origin    bool
 	plainOrigin    bool
+	extraConfig    string           // top-level YAML lines added to testConfig
+	now            func() time.Time // the handler's clock (default time.Now)
 }
 
 func newEnv(t *testing.T, o envOpts) *testEnv {
@@ -119,7 +122,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 
 	e.secretDir = t.TempDir()
 	e.writeSecret("api-key", "sk-test-12345\n")
-	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, e.secretDir, o.defaultAction)))
+	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, e.secretDir, o.extraConfig, o.defaultAction)))
 	if err != nil {
 		t.Fatalf("config.Parse: %v", err)
 	}
@@ -151,7 +154,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.metrics = telemetry.NewMetrics()
-	e.handler, err = New(Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger})
+	e.handler, err = New(Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,13 +260,22 @@ func TestDeniedHostReturns403(t *testing.T) {
 
 func TestConnectMethodReturns405(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	resp, body := e.raw("CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
-	if resp.StatusCode != http.StatusMethodNotAllowed || body != bodyConnect {
-		t.Fatalf("got %d %q", resp.StatusCode, body)
+	resp, body := e.raw("CONNECT API.example.test:443 HTTP/1.1\r\nHost: API.example.test:443\r\n\r\n")
+	// The reference body first, then the hint on its own line.
+	if want := bodyConnect + "\n" + hintConnect + "\n"; resp.StatusCode != http.StatusMethodNotAllowed || body != want {
+		t.Fatalf("got %d %q, want 405 %q", resp.StatusCode, body, want)
+	}
+	if got := resp.Header.Get(HeaderReason); got != "connect" {
+		t.Errorf("%s = %q, want connect", HeaderReason, got)
 	}
 	e.assertOriginUntouched()
 	if got := testutil.ToFloat64(e.metrics.Requests.WithLabelValues("unknown", "denied_connect")); got != 1 {
 		t.Errorf("requests_total{unknown,denied_connect} = %v, want 1", got)
+	}
+	// The line names the CONNECT target, canonicalised.
+	recs := e.logs.Find("proxy decision")
+	if len(recs) != 1 || recs[0]["host"] != "api.example.test" || recs[0]["port"] != float64(443) || recs[0]["decision"] != "denied_connect" {
+		t.Errorf("decision line = %v", recs)
 	}
 }
 
@@ -340,8 +352,11 @@ func TestMissingSecretReturns500AndForwardsNothing(t *testing.T) {
 	}
 	e.assertOriginUntouched()
 	recs := e.logs.Find("proxy decision")
-	if len(recs) != 1 || recs[0]["secret_ref"] != "absent-key" || recs[0]["reason"] != "secret_missing" {
+	if len(recs) != 1 || fmt.Sprint(recs[0]["secret_ref"]) != "[absent-key]" || recs[0]["reason"] != "secret_missing" || recs[0]["level"] != "ERROR" {
 		t.Errorf("decision log = %v", recs)
+	}
+	if got := resp.Header.Get(HeaderReason); got != "secret_missing" {
+		t.Errorf("%s = %q, want secret_missing", HeaderReason, got)
 	}
 }
 
