@@ -21,6 +21,7 @@ import (
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/testutil/testpki"
@@ -354,10 +355,18 @@ func BenchmarkProxyLoopback(b *testing.B) {
 func BenchmarkLogDecision(b *testing.B) {
 	h := newBenchHandler(b, cannedTransport{}, 8443, "")
 	req := parsedRequest(b, fmt.Sprintf(benchReq, "api.example.test"))
-	c := h.state.Load()
+	g := h.gen.Load()
+	hp, err := hostport.Parse("api.example.test")
+	if err != nil {
+		b.Fatal(err)
+	}
+	set := g.Rewrites(g.Policy.Decide(policy.Target{Host: hp, Method: http.MethodGet, Path: "/"}))
+	if set == nil {
+		b.Fatal("the bench rule has no rewrites")
+	}
 	x := h.newExchange(ListenerHTTP, &discardWriter{h: http.Header{}}, req)
 	x.host, x.port, x.hostLabel, x.decision, x.reason, x.rule = "api.example.test", 443, "api.example.test", telemetry.DecisionAllow, "rule_allow", "api.example.test"
-	x.rewrites, x.rewritten, x.upstreamCode, x.upstreamAddr = c.rewrites[0], []string{"Authorization"}, 200, "127.0.0.1:443"
+	x.rewrites, x.rewritten, x.upstreamCode, x.upstreamAddr = set, []string{"Authorization"}, 200, "127.0.0.1:443"
 	x.cw.status, x.cw.n = 200, int64(len(benchBody))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -27,6 +27,7 @@ const (
 	bodyMissingHostHdr  = "missing Host header"
 	bodyInterceptPort   = "HTTPS interception listener only accepts port 443 traffic"
 	bodySNIHostMismatch = "SNI/Host header mismatch"
+	bodyAddrDenied      = "upstream address not allowed"
 
 	// hintConnect is the second line of the CONNECT 405 body: the explicit
 	// proxy carries http:// URLs only (BotBox originates the TLS).
@@ -52,6 +53,7 @@ const (
 	reasonRewriteFailed   = "rewrite_failed"
 	reasonUpstreamTimeout = "upstream_timeout"
 	reasonUpstreamError   = "upstream_error"
+	reasonAddrDenied      = "upstream_addr_denied"
 )
 
 // HeaderReason names, on every response BotBox generates itself (never on
@@ -81,6 +83,11 @@ func classify(ctx context.Context, err error) failure {
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The agent hung up; nobody reads a response.
 		return failure{status: 0, reason: telemetry.AbortClientClosed}
+	}
+	if _, ok := errors.AsType[*upstream.AddrDeniedError](err); ok {
+		// The dial guard refused every address the host resolved to: the
+		// policy allowed the name, not the address it leads to.
+		return failure{status: http.StatusForbidden, body: bodyAddrDenied, upstreamLabel: telemetry.UpstreamAddrDenied, reason: reasonAddrDenied}
 	}
 	if upstream.IsTimeout(err) {
 		// No response head within the configured timeout (reference: 504).

@@ -3,22 +3,21 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
-	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/botbox/botbox/internal/upstream"
 )
 
 var (
@@ -42,8 +41,13 @@ const (
 
 // Options configures New.
 type Options struct {
-	// Config is the validated configuration (policy, interception flags).
+	// Config is the validated configuration (timeouts; and the policy when
+	// Generation is nil).
 	Config *config.Config
+	// Generation is the policy generation in force, shared with the
+	// interception authorizer and read once per request (nil: New compiles
+	// Config into a Current of its own).
+	Generation *generation.Current
 	// Secrets supplies secret snapshots.
 	Secrets SecretSource
 	// Transport performs upstream round trips (package upstream builds it).
@@ -57,26 +61,14 @@ type Options struct {
 	Now func() time.Time
 }
 
-// compiled is one immutable generation of everything a request decides
-// with: the policy and, by rule index, the rules' compiled header rewrites.
-// It is built once by New and stored in Handler.state; each request loads
-// the pointer once and uses that generation throughout, so a future reload
-// that stores a new generation can never mix two policies within one
-// request. Nothing stores a second generation today. Read-only after compile.
-type compiled struct {
-	policy   *policy.Policy
-	rewrites []*rewrite.Set // by rule index; nil when a rule has none
-}
-
 // Handler is the request pipeline shared by both listeners.
 type Handler struct {
-	state      atomic.Pointer[compiled]
+	gen        *generation.Current
 	secrets    SecretSource
 	metrics    *telemetry.Metrics
 	logger     *slog.Logger
 	now        func() time.Time
 	rp         *httputil.ReverseProxy
-	intercept  config.Interception
 	tunnelIdle time.Duration
 	tunnels    tunnelSet
 	repeats    *repeatLog
@@ -91,16 +83,19 @@ func New(opts Options) (*Handler, error) {
 	if opts.Config == nil || opts.Secrets == nil || opts.Transport == nil || opts.Metrics == nil || opts.Logger == nil {
 		return nil, errors.New("proxy: Config, Secrets, Transport, Metrics and Logger are required")
 	}
-	c, err := compile(opts.Config.Policy)
-	if err != nil {
-		return nil, err
+	gen := opts.Generation
+	if gen == nil {
+		var err error
+		if gen, err = generation.New(opts.Config); err != nil {
+			return nil, err
+		}
 	}
 	h := &Handler{
+		gen:        gen,
 		secrets:    opts.Secrets,
 		metrics:    opts.Metrics,
 		logger:     opts.Logger,
 		now:        opts.Now,
-		intercept:  opts.Config.Interception,
 		tunnelIdle: opts.Config.Timeouts.TunnelIdle,
 	}
 	if h.now == nil {
@@ -110,7 +105,6 @@ func New(opts Options) (*Handler, error) {
 		h.tunnelIdle = defaultTunnelIdle
 	}
 	h.repeats = newRepeatLog(opts.Logger, h.now)
-	h.state.Store(c)
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:   h.rewrite,
 		Transport: guardedTransport{next: opts.Transport},
@@ -130,27 +124,8 @@ func New(opts Options) (*Handler, error) {
 	return h, nil
 }
 
-func compile(p config.Policy) (*compiled, error) {
-	pol, err := policy.Compile(p)
-	if err != nil {
-		return nil, fmt.Errorf("compiling egress policy: %w", err)
-	}
-	c := &compiled{policy: pol, rewrites: make([]*rewrite.Set, len(p.Rules))}
-	for i, r := range p.Rules {
-		if len(r.HeaderRewrites) == 0 {
-			continue
-		}
-		s, err := rewrite.Compile(r.HeaderRewrites)
-		if err != nil {
-			return nil, fmt.Errorf("egress_policy.rules[%d] (%s): %w", i, r.Host, err)
-		}
-		c.rewrites[i] = s
-	}
-	return c, nil
-}
-
-// Policy returns the policy generation currently in force.
-func (h *Handler) Policy() *policy.Policy { return h.state.Load().policy }
+// Policy returns the policy of the generation currently in force.
+func (h *Handler) Policy() *policy.Policy { return h.gen.Load().Policy }
 
 // Plain returns the handler of the plain HTTP listener (transparent
 // redirect target and explicit forward proxy).
@@ -196,7 +171,7 @@ func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 		h.reject(x, http.StatusBadRequest, bodyInvalidHost, telemetry.DecisionDeniedNoHost, reasonInvalidHost)
 		return
 	}
-	h.forward(r, x, hp)
+	h.forward(r, x, hp, h.gen.Load())
 }
 
 func (h *Handler) serveIntercepted(w http.ResponseWriter, r *http.Request) {
@@ -224,7 +199,8 @@ func (h *Handler) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 		h.reject(x, http.StatusForbidden, bodyInterceptPort, telemetry.DecisionDeniedPort, reasonInterceptPort)
 		return
 	}
-	if h.intercept.EnforceSNIHostMatch {
+	g := h.gen.Load()
+	if g.Interception.EnforceSNIHostMatch {
 		sni := ""
 		if r.TLS != nil {
 			sni = r.TLS.ServerName
@@ -235,7 +211,7 @@ func (h *Handler) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	h.forward(r, x, hp)
+	h.forward(r, x, hp, g)
 }
 
 // reject answers a request the pipeline refused before any upstream work.
@@ -248,11 +224,12 @@ func (h *Handler) reject(x *exchange, status int, body, decision, reason string)
 	writePlain(&x.cw, status, body, reason)
 }
 
-func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort) {
-	c := h.state.Load()
+// forward decides with generation g (loaded once for the whole request)
+// and, when allowed, hands the request to the reverse proxy.
+func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g *generation.Generation) {
 	x.host = hp.Host
 	x.port = hp.PortOr(443)
-	d := c.policy.Decide(policy.Target{Host: hp, Method: r.Method, Path: r.URL.Path})
+	d := g.Policy.Decide(policy.Target{Host: hp, Method: r.Method, Path: r.URL.Path})
 	if d.Rule != nil {
 		x.rule = d.Rule.Host
 	}
@@ -271,7 +248,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort) {
 	x.decision, x.reason = telemetry.DecisionAllow, string(d.Reason)
 	if d.Rule != nil {
 		x.hostLabel = d.Rule.Host
-		x.rewrites = c.rewrites[d.Rule.Index]
+		x.rewrites = g.Rewrites(d)
 	} else {
 		x.hostLabel = telemetry.HostDefaultAllow
 	}
@@ -286,6 +263,8 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort) {
 	// HTTP/2, on the goroutine that calls RoundTrip (this one).
 	x.trace.GotConn = x.gotConn
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
+	// The dial guard of package upstream sees which host this dial is for.
+	ctx = upstream.WithDialPolicy(ctx, upstream.DialPolicy{Host: hp.Host})
 	h.rp.ServeHTTP(&x.cw, r.WithContext(ctx))
 }
 

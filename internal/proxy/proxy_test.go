@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -88,6 +90,7 @@ type envOpts struct {
 	plainOrigin    bool
 	extraConfig    string           // top-level YAML lines added to testConfig
 	now            func() time.Time // the handler's clock (default time.Now)
+	guard          upstream.Guard   // the transport's dial guard (default none)
 }
 
 func newEnv(t *testing.T, o envOpts) *testEnv {
@@ -144,6 +147,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 		RootCAs:               e.ca.Pool(),
 		ResponseHeaderTimeout: rht,
 		ConnectTimeout:        2 * time.Second,
+		Guard:                 o.guard,
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, *e.dialAddr.Load())
@@ -384,6 +388,33 @@ func TestUpstreamUnreachableReturns502(t *testing.T) {
 	resp, body := e.get("bare.example.test", "/", nil)
 	if resp.StatusCode != http.StatusBadGateway || body != bodyUpstreamFailed {
 		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestDialGuardRefusalReturns403: an address the dial guard refuses ends
+// the request with 403 and reason upstream_addr_denied, nothing reaches the
+// origin, and the guard is told which host the dial is for.
+func TestDialGuardRefusalReturns403(t *testing.T) {
+	var sawHost atomic.Pointer[string]
+	e := newEnv(t, envOpts{guard: func(ctx context.Context, addr netip.AddrPort) error {
+		if p, ok := upstream.DialPolicyFrom(ctx); ok {
+			sawHost.Store(&p.Host)
+		}
+		return errors.New("test guard refuses every address")
+	}})
+	resp, body := e.get("bare.example.test", "/", nil)
+	if resp.StatusCode != http.StatusForbidden || body != bodyAddrDenied {
+		t.Fatalf("got %d %q, want 403 %q", resp.StatusCode, body, bodyAddrDenied)
+	}
+	if got := resp.Header.Get(HeaderReason); got != reasonAddrDenied {
+		t.Errorf("%s = %q, want %q", HeaderReason, got, reasonAddrDenied)
+	}
+	if h := sawHost.Load(); h == nil || *h != "bare.example.test" {
+		t.Errorf("guard saw DialPolicy host %v, want bare.example.test", h)
+	}
+	e.assertOriginUntouched()
+	if got := testutil.ToFloat64(e.metrics.UpstreamErrors.WithLabelValues("bare.example.test", telemetry.UpstreamAddrDenied)); got != 1 {
+		t.Errorf("upstream_errors{%s} = %v, want 1", telemetry.UpstreamAddrDenied, got)
 	}
 }
 
@@ -862,5 +893,30 @@ func TestConnLimitPermitsReturned(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+	}
+}
+
+// TestGenerationSwapTakesEffect: the handler reads the generation in force
+// per request, so a Store on the shared generation.Current (what a policy
+// reload will do) changes the next decision without a new Handler.
+func TestGenerationSwapTakesEffect(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	if resp, _ := e.get("bare.example.test", "/", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("before the swap: %d, want 200", resp.StatusCode)
+	}
+	<-e.seen
+	cfg, err := config.Parse([]byte(fmt.Sprintf("secrets_dir: %s\negress_policy:\n  default_action: deny\n  rules:\n    - host: bare.example.test\n      action: deny\n", e.secretDir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.handler.gen.Store(cfg); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := e.get("bare.example.test", "/", nil)
+	if resp.StatusCode != http.StatusForbidden || body != bodyDenied {
+		t.Fatalf("after the swap: %d %q, want 403 %q", resp.StatusCode, body, bodyDenied)
+	}
+	if n := e.hits.Load(); n != 1 {
+		t.Fatalf("origin received %d requests, want only the one before the swap", n)
 	}
 }

@@ -129,11 +129,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.handler, err = proxy.New(proxy.Options{
-		Config:    cfg,
-		Secrets:   store,
-		Transport: tr,
-		Metrics:   s.metrics,
-		Logger:    telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
+		Config:     cfg,
+		Generation: s.gen,
+		Secrets:    store,
+		Transport:  tr,
+		Metrics:    s.metrics,
+		Logger:     telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
 	})
 	if err != nil {
 		return nil, err

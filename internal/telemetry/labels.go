@@ -47,6 +47,9 @@ const (
 const (
 	UpstreamConnectionError = "connection_error"
 	UpstreamTimeout         = "timeout"
+	// UpstreamAddrDenied: the dial guard refused the address (package
+	// upstream's AddrDeniedError).
+	UpstreamAddrDenied = "addr_denied"
 )
 
 // Values of the reason label of botbox_requests_aborted_total: an allowed
