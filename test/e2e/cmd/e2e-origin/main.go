@@ -14,6 +14,13 @@
 //     report, whose groups are inside the payload) that reach its IPv6
 //     interface.
 //
+// A request for /sse/ID is answered with a server-sent event stream: event
+// "one", then, once the test releases ID (POST /release?id=ID on the
+// control socket) or after sseHold, event "two" naming which of the two
+// happened, and the end of the response. A test that releases ID only after
+// its client has shown event "one" proves the stream is not buffered on the
+// way, without measuring time.
+//
 // Everything that arrives is recorded as a wire.Event the moment it arrives
 // (TCP connections at accept, before any TLS), so a test can assert that
 // nothing reached the origin. The record is served only on the unix socket
@@ -132,6 +139,38 @@ type origin struct {
 	mu      sync.Mutex
 	events  []wire.Event
 	closers []io.Closer
+	gates   map[string]chan struct{} // /sse/ID streams waiting for POST /release?id=ID
+}
+
+// sseHold is how long an /sse/ stream waits for its release before it goes
+// on anyway (and says so): a bound for a broken test, not a measurement.
+const sseHold = 15 * time.Second
+
+// gate returns the release channel of an /sse/ stream id.
+func (o *origin) gate(id string) chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.gates == nil {
+		o.gates = map[string]chan struct{}{}
+	}
+	g, ok := o.gates[id]
+	if !ok {
+		g = make(chan struct{})
+		o.gates[id] = g
+	}
+	return g
+}
+
+// release lets the /sse/ stream id send its second event (once).
+func (o *origin) release(id string) {
+	g := o.gate(id)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	select {
+	case <-g:
+	default:
+		close(g)
+	}
 }
 
 func (o *origin) start(addrs []string, tlsPorts, httpPorts, tcpPorts, udpPorts, certFile, keyFile, control string) error {
@@ -284,8 +323,35 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 		ev.SNI = r.TLS.ServerName
 	}
 	ev = o.record(ev)
+	if id, ok := strings.CutPrefix(r.URL.Path, "/sse/"); ok {
+		o.serveSSE(w, r, id)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.Echo{Seq: ev.Seq, Method: r.Method, Path: r.URL.Path, Host: r.Host, TLS: r.TLS != nil, Headers: r.Header})
+}
+
+// serveSSE streams event "one", waits for the release of id (or sseHold),
+// then sends event "two" saying which came first.
+func (o *origin) serveSSE(w http.ResponseWriter, r *http.Request, id string) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = io.WriteString(w, "data: one\n\n")
+	flusher.Flush()
+	how := "released"
+	select {
+	case <-o.gate(id):
+	case <-time.After(sseHold):
+		how = "not-released"
+	case <-r.Context().Done():
+		return
+	}
+	_, _ = io.WriteString(w, "data: two "+how+"\n\n")
 }
 
 // serveBanner accepts connections, greets and closes them.
@@ -505,6 +571,10 @@ func (o *origin) serveMLD(pc *ipv6.PacketConn) {
 // serveEvents is the control endpoint: GET /events?since=N returns the
 // events with Seq > N.
 func (o *origin) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/release" && r.Method == http.MethodPost {
+		o.release(r.URL.Query().Get("id"))
+		return
+	}
 	if r.URL.Path != "/events" {
 		http.NotFound(w, r)
 		return
