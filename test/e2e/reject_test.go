@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/botbox/botbox/test/e2e/internal/wire"
@@ -58,4 +59,36 @@ func TestRejectFailsFast(t *testing.T) {
 			p.assertNoTCP(t, mark, dst)
 		}
 	})
+}
+
+// BOTBOX_REJECT=1 never answers a packet whose source is not the Pod's: an
+// unprivileged app can send IPv6 from a foreign address (IPV6_FREEBIND), and
+// an ICMPv6 port-unreachable for it would carry the app's payload out to
+// that address past the ICMP exemption. The app spoofs the origin's own
+// address; the origin hears neither the datagram nor an ICMPv6 error
+// quoting it. The barrier is an echo request from the exempt UID, recorded
+// by the same ICMPv6 socket after anything sent before it.
+func TestRejectRepliesStayInPod(t *testing.T) {
+	p, _ := apiKeyPod(t, podConfig{ipv6: true, icmp6: true, installEnv: func(*pod) []string { return []string{"BOTBOX_REJECT=1"} }})
+	dst := p.addr6(9999)
+	secret := "spoofed-" + randomHex(t, 6)
+	mark := p.mark(t)
+	p.app(t, "udp", "-addr", dst.String(), "-src", p.netIP6.String(), "-payload", secret)
+
+	token := "barrier-" + randomHex(t, 6)
+	if _, errOut, code := p.run(t, p.podNS, uidRoot, nil, "sh", "-c", "echo 0 2147483647 >/proc/sys/net/ipv4/ping_group_range"); code != 0 {
+		t.Fatalf("setting net.ipv4.ping_group_range (for the barrier's ping socket): %s", errOut)
+	}
+	if r := p.client(t, uidBotBox, "ping", "-addr", p.netIP6.String(), "-payload", token); !r.Connected {
+		t.Fatalf("barrier: UID 1337 ping %s: %s", p.netIP6, r.Error)
+	}
+	evs := p.waitEvents(t, mark, "the barrier echo request", func(evs []wire.Event) bool {
+		return slices.ContainsFunc(evs, func(e wire.Event) bool { return e.Kind == wire.KindICMPv6 && e.Payload == "128 "+token })
+	})
+	for _, e := range evs {
+		if e.Kind == wire.KindICMPv6 && strings.HasPrefix(e.Payload, "1 ") {
+			t.Errorf("origin received an ICMPv6 destination unreachable from %s (#%d, quoting %q): a REJECT reply left the Pod", e.Remote, e.Seq, e.Payload[2:])
+		}
+	}
+	p.assertNoUDP(t, mark, dst)
 }

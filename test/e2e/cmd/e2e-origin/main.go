@@ -12,7 +12,8 @@
 //     (the packet filter must drop both from the app);
 //   - with -mld-groups, the MLD reports for those groups (and every MLDv2
 //     report, whose groups are inside the payload) that reach its IPv6
-//     interface.
+//     interface; with -mld-groups or -icmp6, also every ICMPv6
+//     destination-unreachable and echo-request message that reaches it.
 //
 // A request for /sse/ID is answered with a server-sent event stream: event
 // "one", then, once the test releases ID (POST /release?id=ID on the
@@ -98,6 +99,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	rawProto := fs.Int("raw-proto", 253, "IP protocol number of the raw listener (0: none)")
 	var mldGroups listFlag
 	fs.Var(&mldGroups, "mld-group", "IPv6 multicast group whose MLD reports are recorded (repeatable)")
+	icmp6 := fs.Bool("icmp6", false, "record ICMPv6 destination-unreachable and echo-request messages")
 	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
 	keyFile := fs.String("key", "", "PEM private key for HTTPS")
 	control := fs.String("control", "", "unix socket for the event record")
@@ -120,7 +122,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		o.close()
 		return 1
 	}
-	if len(mldGroups) > 0 {
+	if len(mldGroups) > 0 || *icmp6 {
 		if err := o.startMLD(addrs, mldGroups); err != nil {
 			logger.Print(err)
 			o.close()
@@ -531,7 +533,7 @@ func interfaceOf(ip netip.Addr) (*net.Interface, error) {
 func (o *origin) serveMLD(pc *ipv6.PacketConn) {
 	buf := make([]byte, 64<<10)
 	for {
-		n, _, src, err := pc.ReadFrom(buf)
+		n, cm, src, err := pc.ReadFrom(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -551,6 +553,20 @@ func (o *origin) serveMLD(pc *ipv6.PacketConn) {
 			}
 		}
 		switch {
+		case len(msg) >= 8 && (msg[0] == 1 || msg[0] == 128):
+			// The data after the 8-byte header: the echo data, or the
+			// quoted packet (IPv6 header, then UDP header and payload).
+			data := msg[8:]
+			if msg[0] == 1 && len(data) >= 48 {
+				data = data[48:]
+			}
+			local := ""
+			if cm != nil && cm.Dst != nil {
+				if a, ok := netip.AddrFromSlice(cm.Dst); ok {
+					local = netip.AddrPortFrom(a, 0).String()
+				}
+			}
+			o.record(wire.Event{Kind: wire.KindICMPv6, Local: local, Remote: from, Payload: strconv.Itoa(int(msg[0])) + " " + string(data)})
 		case len(msg) >= 24 && msg[0] == 131:
 			record("131", msg[8:24])
 		case len(msg) >= 8 && msg[0] == 143:
