@@ -37,7 +37,7 @@ var netfilterEnv = []string{
 	netfilter.EnvUID, netfilter.EnvProxyPort, netfilter.EnvRedirectFromPort,
 	netfilter.EnvHTTPSInterception, netfilter.EnvHTTPSInterceptionPort, netfilter.EnvIPv6,
 	netfilter.EnvNATChain, netfilter.EnvFilterChain, netfilter.EnvWaitSeconds,
-	netfilter.EnvDNSServers, netfilter.EnvDropICMP, netfilter.EnvMetricsPort,
+	netfilter.EnvDNSServers, netfilter.EnvDropICMP, netfilter.EnvMetricsPort, netfilter.EnvReject,
 }
 
 // trustEnv are the variables through which common runtimes trust an extra CA

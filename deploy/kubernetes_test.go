@@ -161,6 +161,9 @@ func invariantCases() []invariantCase {
 			container(t, b, nameIPTablesInit).EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "net"}}}}
 		}},
+		{"netfilter-env", "BOTBOX_REJECT not a switch", "BOTBOX_REJECT must be 0 or 1", func(t *testing.T, b *bundle) {
+			setEnv(container(t, b, nameIPTablesInit), "BOTBOX_REJECT", "yes")
+		}},
 		{"netfilter-env", "DNS server by name", "not an IP address", func(t *testing.T, b *bundle) {
 			setEnv(container(t, b, nameIPTablesInit), "BOTBOX_DNS_SERVERS", "10.96.0.10,kube-dns")
 		}},
@@ -312,6 +315,17 @@ func TestInvariantsCatchViolations(t *testing.T) {
 				t.Log(err)
 			}
 		})
+	}
+}
+
+// TestRejectIsAKnownVariable: BOTBOX_REJECT=1 on iptables-init is a valid
+// manifest (netfilterEnv lists it), not an "unknown variable".
+func TestRejectIsAKnownVariable(t *testing.T) {
+	t.Parallel()
+	b := loadBundle(t)
+	setEnv(container(t, b, nameIPTablesInit), "BOTBOX_REJECT", "1")
+	for _, err := range checkAll(b) {
+		t.Errorf("with BOTBOX_REJECT=1: %v", err)
 	}
 }
 

@@ -32,9 +32,12 @@ Environment (empty means the default):
   BOTBOX_IPTABLES_WAIT_SECONDS     5      -w for every iptables call
   BOTBOX_DNS_SERVERS               (any)  comma-separated resolver IPs port 53 is limited to
   BOTBOX_DROP_ICMP                 0      1 drops ICMP (ICMPv6 neighbour discovery kept)
+  BOTBOX_REJECT                    0      1 refuses blocked packets at once (TCP reset,
+                                          ICMP port unreachable) instead of dropping them
 
 Only BOTBOX_UID answers handshakes from the proxy, interception and metrics
-ports; everything else the app sends that the rules do not allow is dropped.
+ports; everything else the app sends that the rules do not allow is dropped
+(with BOTBOX_REJECT=1: refused, so clients fail fast instead of timing out).
 `
 
 // runNetfilter is the init container's job: `botbox netfilter

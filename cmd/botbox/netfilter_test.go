@@ -62,6 +62,7 @@ func TestNetfilterCommand(t *testing.T) {
 		{name: "no args", args: nil, wantCode: 2, wantErrHas: "Usage: botbox netfilter install|print|remove"},
 		{name: "unknown", args: []string{"apply"}, wantCode: 2, wantErrHas: `unknown command "apply"`},
 		{name: "help", args: []string{"help"}, wantCode: 0, wantOutHas: "Usage: botbox netfilter"},
+		{name: "help names BOTBOX_REJECT", args: []string{"help"}, wantCode: 0, wantOutHas: "\n  BOTBOX_REJECT                    0      1 refuses"},
 		{name: "install -h", args: []string{"install", "-h"}, wantCode: 0, wantErrHas: "Usage: botbox netfilter"},
 		{name: "install extra arg", args: []string{"install", "now"}, env: map[string]string{envIPv6: "0"},
 			wantCode: 2, wantErrHas: `unexpected argument "now"`},
@@ -116,6 +117,17 @@ func TestNetfilterCommand(t *testing.T) {
 			wantCode: 0, wantStdout: printed(map[string]string{envIPv6: "1"}),
 		},
 		{
+			name: "print reject", args: []string{"print"}, env: map[string]string{envIPv6: "1", netfilter.EnvReject: "1"},
+			wantCode: 0, wantStdout: printed(map[string]string{envIPv6: "1", netfilter.EnvReject: "1"}),
+			wantOutHas: "-A EGRESS_FILTER -p tcp -m addrtype --src-type LOCAL -j REJECT --reject-with tcp-reset\n" +
+				"-A EGRESS_FILTER -m addrtype --src-type LOCAL -j REJECT --reject-with icmp6-port-unreachable\n" +
+				"-A EGRESS_FILTER -j DROP\n",
+		},
+		{
+			name: "print reject not a switch", args: []string{"print"}, env: map[string]string{envIPv6: "1", netfilter.EnvReject: "true"},
+			wantCode: 1, wantStderr: "ERROR: BOTBOX_REJECT must be 0 or 1 (got 'true').\n",
+		},
+		{
 			name: "print ipv6 only", args: []string{"print", "-family", "ipv6"}, env: map[string]string{envIPv6: "1"},
 			wantCode: 0, wantStdout: "# IPv6: ip6tables-restore -w 5 --noflush\n" + netfilter.Render(netfilter.Plan(mustParseEnv(t, map[string]string{envIPv6: "1"})), netfilter.IPv6, nil),
 		},
@@ -134,6 +146,11 @@ func TestNetfilterCommand(t *testing.T) {
 		{
 			name: "remove without ipv6", args: []string{"remove"}, wantCode: 0,
 			wantStdout: "Removing BotBox iptables rules...\n  iptables: nothing to remove\n  ip6tables: nothing to remove\nBotBox iptables rules removed.\n",
+		},
+		{
+			name: "remove bad reject", args: []string{"remove"}, env: map[string]string{netfilter.EnvReject: "2"},
+			wantCode:   1,
+			wantStderr: "ERROR: BOTBOX_REJECT must be 0 or 1 (got '2').\n",
 		},
 		{
 			name: "remove bad chain", args: []string{"remove"}, env: map[string]string{netfilter.EnvFilterChain: "A B"},

@@ -11,7 +11,8 @@ import (
 // Environment variables read by ParseEnv. The first nine are the reference
 // init script's (reference §8.1); BOTBOX_DNS_SERVERS and BOTBOX_DROP_ICMP are
 // BotBox hardening options, off by default; BOTBOX_METRICS_PORT names
-// BotBox's third listening port for the port-squat rules.
+// BotBox's third listening port for the port-squat rules; BOTBOX_REJECT makes
+// the final deny answer the app (fail fast) instead of dropping silently.
 const (
 	EnvUID                   = "BOTBOX_UID"
 	EnvProxyPort             = "BOTBOX_PROXY_PORT"
@@ -25,6 +26,7 @@ const (
 	EnvDNSServers            = "BOTBOX_DNS_SERVERS"
 	EnvDropICMP              = "BOTBOX_DROP_ICMP"
 	EnvMetricsPort           = "BOTBOX_METRICS_PORT"
+	EnvReject                = "BOTBOX_REJECT"
 )
 
 // Limits enforced by ParseEnv.
@@ -83,6 +85,14 @@ type Settings struct {
 	// ProxyPort and HTTPSInterceptionPort it is one of the ports whose
 	// handshakes only BotBox's UID may answer (the port-squat rules).
 	MetricsPort uint16
+	// Reject puts REJECT rules before the filter chain's final DROP
+	// (BOTBOX_REJECT, 0 or 1, default 0): the app's blocked TCP gets a
+	// reset and everything else an ICMP port-unreachable, generated
+	// locally and delivered to the app, so clients fail at once with
+	// "connection refused" instead of waiting for their own timeout.
+	// Only how a denied packet ends changes (finalDeny), never what is
+	// allowed.
+	Reject bool
 }
 
 // DefaultSettings returns the reference defaults with IPv6 disabled.
@@ -317,6 +327,7 @@ func envTable() []envVar {
 		}},
 		{EnvDropICMP, boolField(EnvDropICMP, func(s *Settings) *bool { return &s.DropICMP })},
 		{EnvMetricsPort, portField(EnvMetricsPort, func(s *Settings) *uint16 { return &s.MetricsPort })},
+		{EnvReject, boolField(EnvReject, func(s *Settings) *bool { return &s.Reject })},
 	}
 }
 

@@ -70,6 +70,9 @@ func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer
 	if s.DropICMP {
 		fmt.Fprintln(stdout, "  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery kept)")
 	}
+	if s.Reject {
+		fmt.Fprintln(stdout, "  reject=1 (blocked packets answered at once: TCP reset, ICMP port unreachable)")
+	}
 	fmt.Fprintf(stdout, "  botbox_ports=%s (handshakes from these ports answered only by UID %d)\n",
 		joinPorts(s.ProxyPort, s.HTTPSInterceptionPort, s.MetricsPort), s.UID)
 

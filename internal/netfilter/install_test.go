@@ -139,7 +139,7 @@ func TestInstallMLDVersion(t *testing.T) {
 }
 
 func TestInstallIPv6Messages(t *testing.T) {
-	s := mustParseEnv(t, map[string]string{EnvIPv6: "1", EnvDNSServers: "10.96.0.10", EnvDropICMP: "1"})
+	s := mustParseEnv(t, map[string]string{EnvIPv6: "1", EnvDNSServers: "10.96.0.10", EnvDropICMP: "1", EnvReject: "1"})
 	k := newFakeKernel()
 	var stdout strings.Builder
 	if err := Install(context.Background(), s, k, &stdout, &strings.Builder{}); err != nil {
@@ -150,6 +150,7 @@ func TestInstallIPv6Messages(t *testing.T) {
 		"  proxy_uid=1337 proxy_port=8080 redirect_from_port=80 ipv6=1\n" +
 			"  dns_servers=10.96.0.10 (port 53 allowed only to these resolvers)\n" +
 			"  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery kept)\n" +
+			"  reject=1 (blocked packets answered at once: TCP reset, ICMP port unreachable)\n" +
 			"  botbox_ports=8080,8443,9090 (handshakes from these ports answered only by UID 1337)\n" +
 			"iptables rules installed:\n",
 		"\nip6tables rules installed:\nChain EGRESS_REDIRECT",

@@ -149,8 +149,8 @@ func squatRules(s Settings) []Rule {
 // filter chain made default-deny (a final DROP for every protocol instead
 // of the reference's TCP and UDP DROPs, ICMP returned explicitly unless
 // BOTBOX_DROP_ICMP=1, MLD limited to solicited-node reports), the
-// port-squat rules in front, and the optional BOTBOX_DNS_SERVERS
-// restriction. It is pure.
+// port-squat rules in front, the optional BOTBOX_DNS_SERVERS restriction,
+// and with BOTBOX_REJECT=1 REJECT rules before the final DROP. It is pure.
 func Plan(s Settings) Ruleset {
 	rs := Ruleset{IPv4: planFamily(s, IPv4)}
 	if s.IPv6 {
@@ -226,8 +226,44 @@ func planFamily(s Settings, f Family) []Chain {
 	}
 	// Everything else the app sends directly: TCP, UDP (QUIC included),
 	// every other protocol.
-	filter.Rules = append(filter.Rules, Rule{"-j", "DROP"})
+	filter.Rules = append(filter.Rules, finalDeny(s, f)...)
 	return []Chain{nat, filter}
+}
+
+// finalDeny is the end of the filter chain: an unconditional DROP, or with
+// BOTBOX_REJECT=1 two REJECT rules before it: a TCP reset for TCP and an ICMP
+// port-unreachable for every other protocol, both only for packets whose
+// source address is local. The chain ends with the unconditional DROP in
+// both modes, and the REJECT target drops the packet too (it only adds a
+// reply), so no packet that was dropped before passes now.
+//
+// The reply cannot leak: it is addressed to the rejected packet's source,
+// which "--src-type LOCAL" guarantees is an address of the Pod, so it is
+// routed through lo (and returned by "-o lo"). Without that match it could:
+// an unprivileged socket may send IPv6 from a foreign source address
+// (IPV6_FREEBIND), and the ICMPv6 error, quoting up to 1232 bytes of the
+// app's packet, would go to that foreign address past the ICMP RETURN.
+// Such packets reach the final DROP, silently. A reset answering a reset
+// and an ICMP error answering an ICMP error are never sent by the kernel.
+// TestPlanReject and the e2e TestRejectFailsFast hold this.
+//
+// Port-unreachable rather than adm-prohibited: it is what the kernel
+// answers for a closed port and iptables' default, and a connected UDP
+// socket reports it as ECONNREFUSED in both families, like the TCP reset;
+// adm-prohibited gives EHOSTUNREACH for IPv4 but EACCES for IPv6.
+func finalDeny(s Settings, f Family) []Rule {
+	if !s.Reject {
+		return []Rule{{"-j", "DROP"}}
+	}
+	unreachable := "icmp-port-unreachable"
+	if f == IPv6 {
+		unreachable = "icmp6-port-unreachable"
+	}
+	return []Rule{
+		{"-p", "tcp", "-m", "addrtype", "--src-type", "LOCAL", "-j", "REJECT", "--reject-with", "tcp-reset"},
+		{"-m", "addrtype", "--src-type", "LOCAL", "-j", "REJECT", "--reject-with", unreachable},
+		{"-j", "DROP"},
+	}
 }
 
 // dnsRules exempts port 53: to any destination (reference), or only to the

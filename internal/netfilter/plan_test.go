@@ -38,7 +38,8 @@ func customEnv() map[string]string {
 // envCombinations returns every combination of IPv6 0/1 × interception 0/1 ×
 // default/custom ports, UID, chain names × DNS servers unset/set ×
 // drop ICMP 0/1 (32 cases), plus IPv6 with IPv4-only resolvers (port 53
-// dropped for IPv6).
+// dropped for IPv6), and BOTBOX_REJECT=1 alone per family and with every
+// other option set.
 func envCombinations() []envCase {
 	var out []envCase
 	for _, v6 := range []string{"0", "1"} {
@@ -74,6 +75,16 @@ func envCombinations() []envCase {
 		name: "ipv6-1_dns-ipv4-only",
 		env:  map[string]string{EnvIPv6: "1", EnvDNSServers: "10.96.0.10"},
 	})
+	// BOTBOX_REJECT=1 only changes the chain's end, so a few cases suffice.
+	for _, v6 := range []string{"0", "1"} {
+		out = append(out, envCase{
+			name: "ipv6-" + v6 + "_reject-1",
+			env:  map[string]string{EnvIPv6: v6, EnvReject: "1"},
+		})
+	}
+	all := customEnv()
+	all[EnvIPv6], all[EnvHTTPSInterception], all[EnvDNSServers], all[EnvDropICMP], all[EnvReject] = "1", "1", "10.96.0.10, fd00:10::a", "1", "1"
+	out = append(out, envCase{name: "ipv6-1_https-1_custom-1_dns-1_icmp-1_reject-1", env: all})
 	return out
 }
 

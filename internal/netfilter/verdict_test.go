@@ -1,10 +1,14 @@
 package netfilter
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // packet is what the OUTPUT path knows about a packet, for verdict.
@@ -17,13 +21,18 @@ type packet struct {
 	dport      uint16
 	syn        bool
 	icmpv6Type int
+	// foreignSrc: the source address is not one of the Pod's (an IPv6
+	// socket with IPV6_FREEBIND, or a raw socket); the zero value is the
+	// normal, local source.
+	foreignSrc bool
 }
 
 // verdict evaluates the filter chain of family f in rs for p, the way the
-// kernel walks it: the first matching RETURN or DROP decides; falling off
-// the end returns to OUTPUT (policy ACCEPT). It understands exactly the
-// match options Plan writes and fails the test on any other, so a new kind
-// of rule cannot be skipped silently.
+// kernel walks it: the first matching rule decides; falling off the end
+// returns to OUTPUT (policy ACCEPT). The verdict is the rule's target with
+// its options: "RETURN", "DROP" or e.g. "REJECT --reject-with tcp-reset". It
+// understands exactly the match options Plan writes and fails the test on
+// any other, so a new kind of rule cannot be skipped silently.
 func verdict(t *testing.T, rs Ruleset, f Family, p packet) string {
 	t.Helper()
 	for _, c := range rs.Chains(f) {
@@ -32,7 +41,7 @@ func verdict(t *testing.T, rs Ruleset, f Family, p packet) string {
 		}
 		for _, r := range c.Rules {
 			if matches(t, r, p) {
-				return r[len(r)-1]
+				return strings.Join(r[slices.Index(r, "-j")+1:], " ")
 			}
 		}
 		return "RETURN"
@@ -84,6 +93,12 @@ func matches(t *testing.T, r Rule, p packet) bool {
 		case "--icmpv6-type":
 			i++
 			m = r[i] == strconv.Itoa(p.icmpv6Type)
+		case "--src-type":
+			i++
+			if r[i] != "LOCAL" {
+				t.Fatalf("unmodelled address type in %q", r)
+			}
+			m = !p.foreignSrc
 		case "-j":
 			return ok
 		default:
@@ -118,13 +133,14 @@ func TestPlanDefaultDeny(t *testing.T) {
 				}
 				for _, proto := range []string{"136", "132", "33", "2", "253", "47", "50", "tcp", "udp"} {
 					p := packet{proto: proto, dst: dst, uid: 1000, sport: 40000, dport: 9999}
-					if got := verdict(t, rs, f, p); got != "DROP" {
-						t.Errorf("%v: app packet of protocol %s to %s: %s, want DROP", f, proto, dst, got)
+					if got, want := verdict(t, rs, f, p), denial(s, f, proto); got != want {
+						t.Errorf("%v: app packet of protocol %s to %s: %s, want %s", f, proto, dst, got, want)
 					}
 				}
-				// IGMP is sent by the kernel (no socket owner).
-				if got := verdict(t, rs, f, packet{proto: "2", dst: netip.MustParseAddr("224.0.0.22"), uid: -1}); f == IPv4 && got != "DROP" {
-					t.Errorf("IGMP report: %s, want DROP", got)
+				// IGMP is sent by the kernel (no socket owner). The kernel
+				// never answers a multicast destination with an ICMP error.
+				if got, want := verdict(t, rs, f, packet{proto: "2", dst: netip.MustParseAddr("224.0.0.22"), uid: -1}), denial(s, f, "2"); f == IPv4 && got != want {
+					t.Errorf("IGMP report: %s, want %s", got, want)
 				}
 				icmp := packet{proto: "icmp", dst: dst, uid: 1000}
 				if f == IPv6 {
@@ -132,7 +148,7 @@ func TestPlanDefaultDeny(t *testing.T) {
 				}
 				want := "RETURN"
 				if s.DropICMP {
-					want = "DROP"
+					want = denial(s, f, icmp.proto)
 				}
 				if got := verdict(t, rs, f, icmp); got != want {
 					t.Errorf("%v: echo request: %s, want %s", f, got, want)
@@ -152,6 +168,21 @@ func TestPlanDefaultDeny(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// denial is the verdict of the chain's end for a packet of proto from a
+// local source: DROP, or with BOTBOX_REJECT=1 the REJECT that answers it.
+func denial(s Settings, f Family, proto string) string {
+	switch {
+	case !s.Reject:
+		return "DROP"
+	case proto == "tcp":
+		return "REJECT --reject-with tcp-reset"
+	case f == IPv6:
+		return "REJECT --reject-with icmp6-port-unreachable"
+	default:
+		return "REJECT --reject-with icmp-port-unreachable"
 	}
 }
 
@@ -230,4 +261,83 @@ func TestPlanSquat(t *testing.T) {
 			t.Errorf("%v: the app's own listener on 9090 (not a BotBox port here): %s, want RETURN", f, got)
 		}
 	}
+}
+
+// TestPlanReject: BOTBOX_REJECT=1 answers the app's blocked TCP with a reset
+// and everything else with port-unreachable (issue 10 item 7), but only for
+// packets from a local source, so every reply is delivered inside the Pod:
+// a packet with a foreign source (IPV6_FREEBIND) is dropped silently, and
+// the replies themselves (to a local address, through lo) pass. The chain
+// is the default one with the two REJECT rules inserted right before the
+// final DROP: what is allowed, and in which order, does not change.
+func TestPlanReject(t *testing.T) {
+	for _, icmp := range []string{"0", "1"} {
+		env := map[string]string{EnvIPv6: "1", EnvDropICMP: icmp}
+		s := mustParseEnv(t, env)
+		env[EnvReject] = "1"
+		rej := mustParseEnv(t, env)
+		drop, rs := Plan(s), Plan(rej)
+		for _, f := range rs.Families() {
+			dst, src := netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("10.0.0.2")
+			unreachable := "REJECT --reject-with icmp-port-unreachable"
+			if f == IPv6 {
+				dst, src = netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("fd00::2")
+				unreachable = "REJECT --reject-with icmp6-port-unreachable"
+			}
+			name := fmt.Sprintf("%v BOTBOX_DROP_ICMP=%s", f, icmp)
+
+			got, want := filterRules(rs, f), filterRules(drop, f)
+			n := len(want) - 1
+			want = append(slices.Clone(want[:n]),
+				Rule{"-p", "tcp", "-m", "addrtype", "--src-type", "LOCAL", "-j", "REJECT", "--reject-with", "tcp-reset"},
+				Rule{"-m", "addrtype", "--src-type", "LOCAL", "-j", "REJECT", "--reject-with", unreachable[len("REJECT --reject-with "):]},
+				Rule{"-j", "DROP"})
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("%s: filter chain (-want +got):\n%s", name, d)
+			}
+
+			for _, tt := range []struct {
+				what string
+				p    packet
+				want string
+			}{
+				{"app TCP SYN to 443", packet{proto: "tcp", dst: dst, uid: 1000, dport: 443, syn: true}, "REJECT --reject-with tcp-reset"},
+				{"app UDP to 443 (QUIC)", packet{proto: "udp", dst: dst, uid: 1000, dport: 443}, unreachable},
+				{"app UDP-Lite", packet{proto: "136", dst: dst, uid: 1000, dport: 9999}, unreachable},
+				{"app raw IP 253", packet{proto: "253", dst: dst, uid: 1000}, unreachable},
+				{"app UDP from a foreign source", packet{proto: "udp", dst: dst, uid: 1000, dport: 9999, foreignSrc: true}, "DROP"},
+				{"app TCP from a foreign source", packet{proto: "tcp", dst: dst, uid: 1000, dport: 443, syn: true, foreignSrc: true}, "DROP"},
+				{"app SYN-ACK from BotBox's port", packet{proto: "tcp", dst: dst, uid: 1000, sport: 8080, syn: true}, "DROP"},
+				{"the reset, to the app's address", packet{proto: "tcp", dst: src, uid: -1, outLo: true}, "RETURN"},
+				{"the port-unreachable, to the app's address", packet{proto: "icmp", dst: src, uid: -1, outLo: true, icmpv6Type: 1}, "RETURN"},
+				{"the app to loopback", packet{proto: "tcp", dst: src, uid: 1000, outLo: true, dport: 8080, syn: true}, "RETURN"},
+				{"BotBox", packet{proto: "tcp", dst: dst, uid: 1337, dport: 443, syn: true}, "RETURN"},
+				{"app DNS", packet{proto: "udp", dst: dst, uid: 1000, dport: 53}, "RETURN"},
+			} {
+				p := tt.p
+				if f == IPv6 && p.proto == "icmp" {
+					p.proto = "ipv6-icmp"
+				}
+				if got := verdict(t, rs, f, p); got != tt.want {
+					t.Errorf("%s: %s: %s, want %s", name, tt.what, got, tt.want)
+				}
+			}
+			if f == IPv6 {
+				mld := packet{proto: "ipv6-icmp", dst: netip.MustParseAddr("ff02::16"), uid: -1, icmpv6Type: 143}
+				if got := verdict(t, rs, f, mld); got != "DROP" {
+					t.Errorf("%s: MLDv2 report: %s, want DROP", name, got)
+				}
+			}
+		}
+	}
+}
+
+// filterRules returns the filter chain's rules of family f.
+func filterRules(rs Ruleset, f Family) []Rule {
+	for _, c := range rs.Chains(f) {
+		if c.Table == TableFilter {
+			return c.Rules
+		}
+	}
+	return nil
 }

@@ -104,6 +104,9 @@ type podConfig struct {
 	// mldGroups are IPv6 groups whose MLD reports the origin records
 	// (e2e-origin -mld-group).
 	mldGroups []string
+	// icmp6 makes the origin record ICMPv6 destination-unreachable and
+	// echo-request messages (e2e-origin -icmp6).
+	icmp6 bool
 }
 
 // pod is one "pod" namespace and its "net" namespace, with everything
@@ -273,6 +276,9 @@ func (p *pod) startOrigin(t *testing.T) {
 		"-cert", certPath, "-key", keyPath, "-control", sock}
 	for _, g := range p.cfg.mldGroups {
 		argv = append(argv, "-mld-group", g)
+	}
+	if p.cfg.icmp6 {
+		argv = append(argv, "-icmp6")
 	}
 	p.origin = startProc(t, "origin", p.dir, nil, argv...)
 	deadline := time.Now().Add(startupTimeout)

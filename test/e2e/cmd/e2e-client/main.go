@@ -7,7 +7,9 @@
 //
 //	http  -url URL [-method M] [-H 'Name: value']... [-host H] [-sni S] [-cacert F] [-proxy URL] [-data D]
 //	tcp   -addr HOST:PORT            connect and hang up
-//	udp   -addr HOST:PORT -payload P send one datagram
+//	udp   -addr HOST:PORT -payload P [-src IP]   send one datagram; -src binds
+//	                                 that source address with IP(V6)_FREEBIND
+//	                                 (no privilege needed: a foreign source)
 //	raw   -addr HOST:PORT -data D [-tls -sni S -cacert F]   write D, read one HTTP response
 //	udplite -addr HOST:PORT -payload P   send one UDP-Lite (IP protocol 136) datagram
 //	rawip -addr IP -proto N -payload P   send one raw IP packet of protocol N (needs CAP_NET_RAW)
@@ -65,6 +67,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 // opts are the flags shared by every mode.
 type opts struct {
 	url, method, host, sni, cacert, proxy, data string
+	src                                         string
 	addrs, headers                              listFlag
 	payload, headerOf, stopValue                string
 	useTLS                                      bool
@@ -91,6 +94,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.data, "data", "", "request body (raw: the bytes to send)")
 	fs.Var(&o.addrs, "addr", "HOST:PORT (repeatable for wait)")
 	fs.StringVar(&o.payload, "payload", "e2e", "UDP payload")
+	fs.StringVar(&o.src, "src", "", "udp: source address, bound with IP(V6)_FREEBIND")
 	fs.BoolVar(&o.useTLS, "tls", false, "raw: speak TLS")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 1500*time.Millisecond, "TCP connect timeout")
 	fs.DurationVar(&o.timeout, "timeout", 8*time.Second, "overall timeout")
@@ -313,7 +317,17 @@ func doUDP(o opts) wire.Result {
 		fail(&r, errors.New("udp needs exactly one -addr"))
 		return r
 	}
-	c, err := net.Dial("udp", o.addrs[0])
+	var d net.Dialer
+	if o.src != "" {
+		src, err := netip.ParseAddr(o.src)
+		if err != nil {
+			fail(&r, err)
+			return r
+		}
+		d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		d.Control = freebind(src.Is6())
+	}
+	c, err := d.Dial("udp", o.addrs[0])
 	if err != nil {
 		fail(&r, err)
 		return r
@@ -326,6 +340,26 @@ func doUDP(o opts) wire.Result {
 	}
 	r.Connected = true
 	return r
+}
+
+// freebind sets IP_FREEBIND or IPV6_FREEBIND before the bind: the socket
+// may then use an address that is not the host's, without any capability.
+func freebind(v6 bool) func(network, address string, c syscall.RawConn) error {
+	const ipFreebind, ipv6Freebind = 15, 78 // linux/in.h, linux/in6.h
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if v6 {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, ipv6Freebind, 1)
+			} else {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipFreebind, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}
 }
 
 func doRaw(o opts) wire.Result {

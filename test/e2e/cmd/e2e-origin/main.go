@@ -12,7 +12,15 @@
 //     (the packet filter must drop both from the app);
 //   - with -mld-groups, the MLD reports for those groups (and every MLDv2
 //     report, whose groups are inside the payload) that reach its IPv6
-//     interface.
+//     interface; with -mld-groups or -icmp6, also every ICMPv6
+//     destination-unreachable and echo-request message that reaches it.
+//
+// A request for /sse/ID is answered with a server-sent event stream: event
+// "one", then, once the test releases ID (POST /release?id=ID on the
+// control socket) or after sseHold, event "two" naming which of the two
+// happened, and the end of the response. A test that releases ID only after
+// its client has shown event "one" proves the stream is not buffered on the
+// way, without measuring time.
 //
 // Everything that arrives is recorded as a wire.Event the moment it arrives
 // (TCP connections at accept, before any TLS), so a test can assert that
@@ -91,6 +99,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	rawProto := fs.Int("raw-proto", 253, "IP protocol number of the raw listener (0: none)")
 	var mldGroups listFlag
 	fs.Var(&mldGroups, "mld-group", "IPv6 multicast group whose MLD reports are recorded (repeatable)")
+	icmp6 := fs.Bool("icmp6", false, "record ICMPv6 destination-unreachable and echo-request messages")
 	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
 	keyFile := fs.String("key", "", "PEM private key for HTTPS")
 	control := fs.String("control", "", "unix socket for the event record")
@@ -113,7 +122,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		o.close()
 		return 1
 	}
-	if len(mldGroups) > 0 {
+	if len(mldGroups) > 0 || *icmp6 {
 		if err := o.startMLD(addrs, mldGroups); err != nil {
 			logger.Print(err)
 			o.close()
@@ -132,6 +141,38 @@ type origin struct {
 	mu      sync.Mutex
 	events  []wire.Event
 	closers []io.Closer
+	gates   map[string]chan struct{} // /sse/ID streams waiting for POST /release?id=ID
+}
+
+// sseHold is how long an /sse/ stream waits for its release before it goes
+// on anyway (and says so): a bound for a broken test, not a measurement.
+const sseHold = 15 * time.Second
+
+// gate returns the release channel of an /sse/ stream id.
+func (o *origin) gate(id string) chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.gates == nil {
+		o.gates = map[string]chan struct{}{}
+	}
+	g, ok := o.gates[id]
+	if !ok {
+		g = make(chan struct{})
+		o.gates[id] = g
+	}
+	return g
+}
+
+// release lets the /sse/ stream id send its second event (once).
+func (o *origin) release(id string) {
+	g := o.gate(id)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	select {
+	case <-g:
+	default:
+		close(g)
+	}
 }
 
 func (o *origin) start(addrs []string, tlsPorts, httpPorts, tcpPorts, udpPorts, certFile, keyFile, control string) error {
@@ -284,8 +325,35 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 		ev.SNI = r.TLS.ServerName
 	}
 	ev = o.record(ev)
+	if id, ok := strings.CutPrefix(r.URL.Path, "/sse/"); ok {
+		o.serveSSE(w, r, id)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.Echo{Seq: ev.Seq, Method: r.Method, Path: r.URL.Path, Host: r.Host, TLS: r.TLS != nil, Headers: r.Header})
+}
+
+// serveSSE streams event "one", waits for the release of id (or sseHold),
+// then sends event "two" saying which came first.
+func (o *origin) serveSSE(w http.ResponseWriter, r *http.Request, id string) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = io.WriteString(w, "data: one\n\n")
+	flusher.Flush()
+	how := "released"
+	select {
+	case <-o.gate(id):
+	case <-time.After(sseHold):
+		how = "not-released"
+	case <-r.Context().Done():
+		return
+	}
+	_, _ = io.WriteString(w, "data: two "+how+"\n\n")
 }
 
 // serveBanner accepts connections, greets and closes them.
@@ -465,7 +533,7 @@ func interfaceOf(ip netip.Addr) (*net.Interface, error) {
 func (o *origin) serveMLD(pc *ipv6.PacketConn) {
 	buf := make([]byte, 64<<10)
 	for {
-		n, _, src, err := pc.ReadFrom(buf)
+		n, cm, src, err := pc.ReadFrom(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -485,6 +553,20 @@ func (o *origin) serveMLD(pc *ipv6.PacketConn) {
 			}
 		}
 		switch {
+		case len(msg) >= 8 && (msg[0] == 1 || msg[0] == 128):
+			// The data after the 8-byte header: the echo data, or the
+			// quoted packet (IPv6 header, then UDP header and payload).
+			data := msg[8:]
+			if msg[0] == 1 && len(data) >= 48 {
+				data = data[48:]
+			}
+			local := ""
+			if cm != nil && cm.Dst != nil {
+				if a, ok := netip.AddrFromSlice(cm.Dst); ok {
+					local = netip.AddrPortFrom(a, 0).String()
+				}
+			}
+			o.record(wire.Event{Kind: wire.KindICMPv6, Local: local, Remote: from, Payload: strconv.Itoa(int(msg[0])) + " " + string(data)})
 		case len(msg) >= 24 && msg[0] == 131:
 			record("131", msg[8:24])
 		case len(msg) >= 8 && msg[0] == 143:
@@ -505,6 +587,10 @@ func (o *origin) serveMLD(pc *ipv6.PacketConn) {
 // serveEvents is the control endpoint: GET /events?since=N returns the
 // events with Seq > N.
 func (o *origin) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/release" && r.Method == http.MethodPost {
+		o.release(r.URL.Query().Get("id"))
+		return
+	}
 	if r.URL.Path != "/events" {
 		http.NotFound(w, r)
 		return

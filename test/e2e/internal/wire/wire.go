@@ -24,6 +24,10 @@ const (
 	// group it announces (port 0), Payload "131" (MLDv1) or "143" (MLDv2,
 	// one event per group record).
 	KindMLD = "mld"
+	// KindICMPv6 is an ICMPv6 message the origin received (-icmp6):
+	// Payload is its type, a space, and its data: "128 <echo data>", or
+	// "1 <UDP payload of the quoted packet>" for a destination unreachable.
+	KindICMPv6 = "icmpv6"
 )
 
 // Event is one thing the origin saw. Events are numbered from 1 in the order
