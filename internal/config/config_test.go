@@ -159,6 +159,9 @@ func TestDefaults(t *testing.T) {
 		MaxConnections:   1024,
 		AllowNonLoopback: false,
 		Policy:           Policy{DefaultAction: ActionDeny, Rules: []Rule{}},
+
+		MaxConcurrentRequests:     2048,
+		HTTP2MaxConcurrentStreams: 100,
 		Interception: Interception{
 			ListenAddr:          netip.MustParseAddr("127.0.0.1"),
 			ListenPort:          8443,
@@ -175,6 +178,7 @@ func TestDefaults(t *testing.T) {
 			UpstreamIdleConn:       90 * time.Second,
 			DownstreamReadHeader:   10 * time.Second,
 			DownstreamIdle:         120 * time.Second,
+			DownstreamWrite:        60 * time.Second,
 			Shutdown:               25 * time.Second,
 		},
 		SecretsReloadDebounce: 2 * time.Second,
@@ -531,6 +535,7 @@ secrets_resync_seconds: 5
 		UpstreamIdleConn:       30 * time.Second,
 		DownstreamReadHeader:   2 * time.Second,
 		DownstreamIdle:         time.Minute,
+		DownstreamWrite:        60 * time.Second,
 		Shutdown:               10 * time.Second,
 	}
 	if d := cmp.Diff(want, c.Timeouts); d != "" {

@@ -30,6 +30,10 @@ type effConfig struct {
 	SecretsReloadDebounceMS         int64 `yaml:"secrets_reload_debounce_ms"`
 	SecretsResyncSeconds            int64 `yaml:"secrets_resync_seconds"`
 
+	MaxConcurrentRequests         int   `yaml:"max_concurrent_requests"`
+	HTTP2MaxConcurrentStreams     int   `yaml:"http2_max_concurrent_streams"`
+	DownstreamWriteTimeoutSeconds int64 `yaml:"downstream_write_timeout_seconds"`
+
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
 }
@@ -95,6 +99,10 @@ func (c *Config) Effective() ([]byte, error) {
 		ShutdownTimeoutSeconds:          seconds(c.Timeouts.Shutdown),
 		SecretsReloadDebounceMS:         c.SecretsReloadDebounce.Milliseconds(),
 		SecretsResyncSeconds:            seconds(c.SecretsResyncInterval),
+
+		MaxConcurrentRequests:         c.MaxConcurrentRequests,
+		HTTP2MaxConcurrentStreams:     c.HTTP2MaxConcurrentStreams,
+		DownstreamWriteTimeoutSeconds: seconds(c.Timeouts.DownstreamWrite),
 
 		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}},
 	}

@@ -33,6 +33,12 @@ const (
 	defaultSecretsReloadDebounceMS         = 2000
 	defaultSecretsResyncSeconds            = 30
 
+	// max_concurrent_requests defaults to this many times max_connections.
+	defaultRequestsPerConnection         = 2
+	defaultHTTP2MaxConcurrentStreams     = 100
+	http2MaxConcurrentStreamsLimit       = 1000
+	defaultDownstreamWriteTimeoutSeconds = 60
+
 	defaultInterceptionListenPort = 8443
 	defaultCertTTLSeconds         = 86400
 	defaultCertCacheSize          = 1024
@@ -165,6 +171,10 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 		DownstreamIdle:         c.seconds("idle_timeout_seconds", w.IdleTimeoutSeconds, defaultIdleTimeoutSeconds, 1, 3600),
 		Shutdown:               c.seconds("shutdown_timeout_seconds", w.ShutdownTimeoutSeconds, defaultShutdownTimeoutSeconds, 1, 3600),
 	}
+	cfg.Timeouts.DownstreamWrite = c.seconds("downstream_write_timeout_seconds", w.DownstreamWriteTimeoutSeconds, defaultDownstreamWriteTimeoutSeconds, 1, 3600)
+	cfg.MaxConcurrentRequests = int(c.intIn("max_concurrent_requests", w.MaxConcurrentRequests,
+		min(int64(defaultRequestsPerConnection)*int64(max(cfg.MaxConnections, 1)), int64(maxConnectionsLimit)), 1, maxConnectionsLimit))
+	cfg.HTTP2MaxConcurrentStreams = int(c.intIn("http2_max_concurrent_streams", w.HTTP2MaxConcurrentStreams, defaultHTTP2MaxConcurrentStreams, 1, http2MaxConcurrentStreamsLimit))
 	cfg.SecretsReloadDebounce = c.ms("secrets_reload_debounce_ms", w.SecretsReloadDebounceMS, defaultSecretsReloadDebounceMS, 1, 60_000)
 	cfg.SecretsResyncInterval = c.seconds("secrets_resync_seconds", w.SecretsResyncSeconds, defaultSecretsResyncSeconds, 1, 3600)
 

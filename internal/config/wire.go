@@ -27,6 +27,11 @@ type wireConfig struct {
 	SecretsReloadDebounceMS         *int64 `yaml:"secrets_reload_debounce_ms"`
 	SecretsResyncSeconds            *int64 `yaml:"secrets_resync_seconds"`
 
+	// Request budget and downstream stream bounds (server).
+	MaxConcurrentRequests         *int64 `yaml:"max_concurrent_requests"`
+	HTTP2MaxConcurrentStreams     *int64 `yaml:"http2_max_concurrent_streams"`
+	DownstreamWriteTimeoutSeconds *int64 `yaml:"downstream_write_timeout_seconds"`
+
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
 }

@@ -75,8 +75,9 @@ var allowedInternal = map[string][]string{
 	"upstream":  {},
 	"mitm":      {},
 	"netfilter": {},
+	"listener":  {"telemetry"},
 	"proxy":     {"config", "hostport", "policy", "rewrite", "secrets", "telemetry", "upstream"},
-	"server":    {"admin", "config", "hostport", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream"},
+	"server":    {"admin", "config", "hostport", "listener", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream"},
 }
 
 func TestInternalImportRules(t *testing.T) {

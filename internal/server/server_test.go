@@ -168,7 +168,10 @@ egress_policy:
 	case err := <-h.done:
 		t.Fatalf("Run: %v", err)
 	}
-	h.addrs = h.srv.Addrs()
+	h.addrs, err = h.srv.Addrs()
+	if err != nil {
+		t.Fatalf("Addrs: %v", err)
+	}
 	t.Cleanup(func() {
 		cancel()
 		select {
