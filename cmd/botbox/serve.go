@@ -14,6 +14,7 @@ import (
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("botbox run", stderr)
 	path := configFlag(fs)
+	probeKeyFile := fs.String("probe-key-file", probeKeyFileDefault(getenv), "where to write the per-start key `botbox probe` checks; readable only in this container (env "+envProbeKeyFile+")")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -39,7 +40,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	for _, w := range cfg.Warnings {
 		logger.Warn(w.Message, slog.String("field", w.Path))
 	}
-	srv, err := server.New(cfg, server.Options{Logger: base})
+	srv, err := server.New(cfg, server.Options{Logger: base, ProbeKeyFile: *probeKeyFile})
 	if err != nil {
 		logger.Error("startup failed", slog.String(telemetry.KeyError, err.Error()))
 		fmt.Fprintf(stderr, "Error: %v\n", err)
