@@ -160,7 +160,7 @@ func TestDefaults(t *testing.T) {
 		AllowNonLoopback: false,
 		Policy:           Policy{DefaultAction: ActionDeny, Rules: []Rule{}},
 
-		MaxConcurrentRequests:     2048,
+		MaxConcurrentRequests:     1024,
 		HTTP2MaxConcurrentStreams: 100,
 		Interception: Interception{
 			ListenAddr:          netip.MustParseAddr("127.0.0.1"),

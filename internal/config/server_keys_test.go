@@ -17,8 +17,8 @@ func TestRequestBudgetKeys(t *testing.T) {
 		streams      int
 		writeTimeout time.Duration
 	}{
-		{"defaults", "", 2048, 100, 60 * time.Second},
-		{"derived from max_connections", "max_connections: 8\n", 16, 100, 60 * time.Second},
+		{"defaults", "", 1024, 100, 60 * time.Second},
+		{"derived from max_connections", "max_connections: 8\n", 8, 100, 60 * time.Second},
 		{"derived, capped", "max_connections: 4294967295\n", 4294967295, 100, 60 * time.Second},
 		{"explicit", "max_connections: 8\nmax_concurrent_requests: 5\nhttp2_max_concurrent_streams: 1\ndownstream_write_timeout_seconds: 3600\n", 5, 1, time.Hour},
 	}

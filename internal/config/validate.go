@@ -33,8 +33,11 @@ const (
 	defaultSecretsReloadDebounceMS         = 2000
 	defaultSecretsResyncSeconds            = 30
 
-	// max_concurrent_requests defaults to this many times max_connections.
-	defaultRequestsPerConnection         = 2
+	// max_concurrent_requests defaults to this many times max_connections:
+	// 1, because each in-flight request toward an HTTP/1.1 origin costs
+	// about 100 KiB (test/flood, docs/performance.md "Memory model"), and
+	// 2 × 1024 of them came within 10% of the manifest's 256 MiB.
+	defaultRequestsPerConnection         = 1
 	defaultHTTP2MaxConcurrentStreams     = 100
 	http2MaxConcurrentStreamsLimit       = 1000
 	defaultDownstreamWriteTimeoutSeconds = 60

@@ -385,14 +385,36 @@ func TestIdlePoolEvictsOldestIdle(t *testing.T) {
 	<-inHandler
 	idle1, br1 := holdConn(t, addr)
 	idle2, br2 := holdConn(t, addr)
-	eventually.Eventually(t, 5*time.Second, func() bool { return pool.Len() == 3 }, "three connections admitted")
+	// net/http marks a connection idle just after writing its response, so
+	// the client can see the response first: wait for the pool to know.
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		idle := 0
+		for c := range pool.conns {
+			if !c.active {
+				idle++
+			}
+		}
+		return len(pool.conns) == 3 && idle == 2
+	}, "three connections admitted, two of them idle")
 
 	// A fourth client is served at once; idle1 (the oldest idle) goes.
-	holdConn(t, addr)
+	c4, _ := holdConn(t, addr)
 	if !closedByPeer(idle1, br1) {
 		t.Error("oldest idle connection not evicted")
 	}
-	// A fifth evicts idle2, never the active one.
+	// A fifth evicts idle2 (c4 became idle after it), never the active one.
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		for c := range pool.conns {
+			if c.Conn.RemoteAddr().String() == c4.LocalAddr().String() {
+				return !c.active
+			}
+		}
+		return false
+	}, "fourth connection idle")
 	holdConn(t, addr)
 	if !closedByPeer(idle2, br2) {
 		t.Error("second idle connection not evicted")
