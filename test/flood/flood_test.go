@@ -347,7 +347,35 @@ https_interception:
 	}
 	t.Logf("admin flood: %d idle connections, botbox RSS %d KiB (base %d KiB)", adminFlood, afterAdmin>>10, base>>10)
 
-	// 2. HTTP/2 stream flood on the interception listener: many connections
+	// 2. Idle connections on the plain proxy listener, up to
+	// max_connections (each sent one request and stays in keep-alive):
+	// what one idle client connection costs.
+	proxyAddr := fmt.Sprintf("127.0.0.1:%d", proxyPort)
+	const proxyIdle = 1000
+	var proxyConns []net.Conn
+	for i := 0; i < proxyIdle; i++ {
+		c, err := net.DialTimeout("tcp", proxyAddr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("proxy idle connection %d: %v", i, err)
+		}
+		proxyConns = append(proxyConns, c)
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: denied.example\r\n\r\n")
+	}
+	for _, c := range proxyConns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("proxy idle connection: %v", err)
+		}
+		resp.Body.Close()
+	}
+	afterProxyIdle, _ := rss(pid)
+	t.Logf("proxy idle: %d keep-alive connections, RSS %d KiB (%d KiB per connection)", proxyIdle, afterProxyIdle>>10, (afterProxyIdle-afterAdmin)/proxyIdle>>10)
+	for _, c := range proxyConns {
+		c.Close()
+	}
+
+	// 3. HTTP/2 stream flood on the interception listener: many connections
 	// each opening as many streams as allowed, all held by the origin.
 	icAddr := fmt.Sprintf("127.0.0.1:%d", icPort)
 	var clients []*http.Client
