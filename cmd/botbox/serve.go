@@ -26,7 +26,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	base := telemetry.NewLogger(stdout, level)
 	logger := telemetry.WithTarget(base, telemetry.TargetMain)
 	slog.SetDefault(logger)
-	logger.Info("loading configuration", slog.String("config_path", *path))
+	logger.Info("loading configuration", slog.String(telemetry.KeyConfigPath, *path))
 	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
@@ -38,7 +38,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	level.Set(cfg.LogLevel)
 	for _, w := range cfg.Warnings {
-		logger.Warn(w.Message, slog.String("field", w.Path))
+		logger.Warn(w.Message, slog.String(telemetry.KeyField, w.Path))
 	}
 	srv, err := server.New(cfg, server.Options{Logger: base, ProbeKeyFile: *probeKeyFile})
 	if err != nil {

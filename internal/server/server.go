@@ -292,7 +292,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		s.logger.Info("shutdown signal received, draining connections", slog.Int("in_flight", limit.InUse()))
+		s.logger.Info("shutdown signal received, draining connections", slog.Int(telemetry.KeyInFlight, limit.InUse()))
 	case runErr = <-serveErr:
 		s.failed.Store(true)
 		s.logger.Error("listener failed, shutting down", slog.String(telemetry.KeyError, runErr.Error()))
@@ -410,6 +410,12 @@ func (s *Server) shutdown(servers []*namedServer, limit *listener.ConnLimit) {
 	}
 	wg.Wait()
 	if !limit.Wait(ctx) {
+		// The proxy handler may track its upgrade tunnels itself (to log
+		// each one's line at close): let it close them first; the limit
+		// then closes whatever is left, hijacked or not.
+		if tc, ok := any(s.handler).(interface{ CloseTunnels() }); ok {
+			tc.CloseTunnels()
+		}
 		n := limit.CloseAll()
 		s.logger.Warn("drain timeout reached, closing hijacked connections", slog.Int(telemetry.KeyCount, n))
 	}

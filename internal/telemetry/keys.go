@@ -34,7 +34,9 @@ const (
 // Keys of the listener and server lines (connection drops, sampled
 // rejections, accept retries).
 const (
-	KeyCount   = "count"    // events one sampled line stands for
-	KeyRetryIn = "retry_in" // back-off before the next Accept
-	KeyLimit   = "limit"    // the budget that was exhausted
+	KeyCount    = "count"     // events one sampled line stands for
+	KeyRetryIn  = "retry_in"  // back-off before the next Accept
+	KeyLimit    = "limit"     // the budget that was exhausted
+	KeyInFlight = "in_flight" // connections open when the drain starts
+	KeyField    = "field"     // a config key a start-up warning is about
 )
