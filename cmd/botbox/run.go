@@ -27,7 +27,7 @@ Usage:
   botbox explain -c PATH [--method M] URL  show the decision for one request
   botbox netfilter install|print|remove    the init step: iptables/ip6tables rules from BOTBOX_* env
   botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 7 days)
-  botbox probe URL                         exit 0 when URL answers 200 (exec readiness probes)
+  botbox probe [--key-file F] URL          exit 0 when BotBox itself answers 200 at URL (exec probes)
   botbox version                           print version information
 
 Flags may come before or after the arguments. Exit codes: 0 ok, 1 error, 2 usage.
@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	case "ca":
 		return runCA(rest, stdout, stderr)
 	case "probe":
-		return runProbe(ctx, rest, stdout, stderr)
+		return runProbe(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help":

@@ -161,6 +161,9 @@ func TestDefaults(t *testing.T) {
 		MaxConnections:   1024,
 		AllowNonLoopback: false,
 		Policy:           Policy{DefaultAction: ActionDeny, Rules: []Rule{}},
+
+		MaxConcurrentRequests:     1024,
+		HTTP2MaxConcurrentStreams: 100,
 		Interception: Interception{
 			ListenAddr:          netip.MustParseAddr("127.0.0.1"),
 			ListenPort:          8443,
@@ -177,6 +180,7 @@ func TestDefaults(t *testing.T) {
 			UpstreamIdleConn:       90 * time.Second,
 			DownstreamReadHeader:   10 * time.Second,
 			DownstreamIdle:         120 * time.Second,
+			DownstreamWrite:        60 * time.Second,
 			Shutdown:               25 * time.Second,
 			TunnelIdle:             600 * time.Second,
 		},
@@ -570,6 +574,7 @@ tunnel_idle_timeout_seconds: 300
 		UpstreamIdleConn:       30 * time.Second,
 		DownstreamReadHeader:   2 * time.Second,
 		DownstreamIdle:         time.Minute,
+		DownstreamWrite:        60 * time.Second,
 		Shutdown:               10 * time.Second,
 		TunnelIdle:             5 * time.Minute,
 	}

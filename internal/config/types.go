@@ -26,6 +26,13 @@ type Config struct {
 	// MaxConnections bounds concurrent downstream connections across every
 	// proxy listener (default 1024, at least 1).
 	MaxConnections int
+	// MaxConcurrentRequests bounds requests in flight across every proxy
+	// listener, HTTP/2 streams and WebSocket tunnels included (default
+	// 2 × MaxConnections).
+	MaxConcurrentRequests int
+	// HTTP2MaxConcurrentStreams is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
+	// the interception listener announces per connection (default 100).
+	HTTP2MaxConcurrentStreams int
 	// AllowNonLoopback permits a non-loopback ListenAddr (default false).
 	AllowNonLoopback bool
 	// Policy is the egress policy.
@@ -135,6 +142,9 @@ type Timeouts struct {
 	DownstreamReadHeader time.Duration
 	// DownstreamIdle closes idle client keep-alive connections (default 120s).
 	DownstreamIdle time.Duration
+	// DownstreamWrite bounds each single write of a response to the client
+	// (a client that stops reading); not the response as a whole (default 60s).
+	DownstreamWrite time.Duration
 	// Shutdown is the single drain deadline after SIGTERM (default 25s, below
 	// Kubernetes' 30s grace period).
 	Shutdown time.Duration

@@ -45,6 +45,15 @@ const (
 	upstreamMaxConnsPerHostLimit = 65535
 	upstreamMaxIdleConnsLimit    = 1 << 20
 
+	// max_concurrent_requests defaults to this many times max_connections:
+	// 1, because each in-flight request toward an HTTP/1.1 origin costs
+	// about 100 KiB (test/flood, docs/performance.md "Memory model"), and
+	// 2 × 1024 of them came within 10% of the manifest's 256 MiB.
+	defaultRequestsPerConnection         = 1
+	defaultHTTP2MaxConcurrentStreams     = 100
+	http2MaxConcurrentStreamsLimit       = 1000
+	defaultDownstreamWriteTimeoutSeconds = 60
+
 	defaultInterceptionListenPort = 8443
 	defaultCertTTLSeconds         = 86400
 	defaultCertCacheSize          = 1024
@@ -178,6 +187,10 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 		Shutdown:               c.seconds("shutdown_timeout_seconds", w.ShutdownTimeoutSeconds, defaultShutdownTimeoutSeconds, 1, 3600),
 		TunnelIdle:             c.seconds("tunnel_idle_timeout_seconds", w.TunnelIdleTimeoutSeconds, defaultTunnelIdleTimeoutSeconds, 1, 86400),
 	}
+	cfg.Timeouts.DownstreamWrite = c.seconds("downstream_write_timeout_seconds", w.DownstreamWriteTimeoutSeconds, defaultDownstreamWriteTimeoutSeconds, 1, 3600)
+	cfg.MaxConcurrentRequests = int(c.intIn("max_concurrent_requests", w.MaxConcurrentRequests,
+		min(int64(defaultRequestsPerConnection)*int64(max(cfg.MaxConnections, 1)), int64(maxConnectionsLimit)), 1, maxConnectionsLimit))
+	cfg.HTTP2MaxConcurrentStreams = int(c.intIn("http2_max_concurrent_streams", w.HTTP2MaxConcurrentStreams, defaultHTTP2MaxConcurrentStreams, 1, http2MaxConcurrentStreamsLimit))
 	cfg.SecretsReloadDebounce = c.ms("secrets_reload_debounce_ms", w.SecretsReloadDebounceMS, defaultSecretsReloadDebounceMS, 1, 60_000)
 	cfg.SecretsResyncInterval = c.seconds("secrets_resync_seconds", w.SecretsResyncSeconds, defaultSecretsResyncSeconds, 1, 3600)
 	cfg.UpstreamMaxConnsPerHost = int(c.intIn("upstream_max_conns_per_host", w.UpstreamMaxConnsPerHost, defaultUpstreamMaxConnsPerHost, 1, upstreamMaxConnsPerHostLimit))

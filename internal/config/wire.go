@@ -31,6 +31,11 @@ type wireConfig struct {
 	UpstreamMaxConnsPerHost *int64 `yaml:"upstream_max_conns_per_host"`
 	UpstreamMaxIdleConns    *int64 `yaml:"upstream_max_idle_conns"`
 
+	// Request budget and downstream stream bounds (server).
+	MaxConcurrentRequests         *int64 `yaml:"max_concurrent_requests"`
+	HTTP2MaxConcurrentStreams     *int64 `yaml:"http2_max_concurrent_streams"`
+	DownstreamWriteTimeoutSeconds *int64 `yaml:"downstream_write_timeout_seconds"`
+
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
 }

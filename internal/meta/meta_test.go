@@ -79,8 +79,9 @@ var allowedInternal = map[string][]string{
 	"upstream":   {},
 	"mitm":       {"echo", "hostport"},
 	"netfilter":  {},
+	"listener":   {"telemetry"},
 	"proxy":      {"config", "generation", "hostport", "policy", "rewrite", "secrets", "telemetry", "upstream"},
-	"server":     {"admin", "config", "generation", "hostport", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream"},
+	"server":     {"admin", "config", "generation", "hostport", "listener", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream"},
 }
 
 func TestInternalImportRules(t *testing.T) {

@@ -35,5 +35,5 @@
 //	hm := m.ForHost(rule.Host) // or telemetry.HostDefaultAllow
 //	hm.Requests.Inc()
 //	hm.Duration.Observe(time.Since(start).Seconds())
-//	admin.NewHandler(m.Registry, store.Ready)
+//	admin.NewHandler(m.Registry, store.Ready, probeKey)
 package telemetry

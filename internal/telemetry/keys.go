@@ -37,3 +37,13 @@ const (
 	KeyAddr       = "addr"        // a listener's address
 	KeyConfigPath = "config_path" // the config file being loaded
 )
+
+// Keys of the listener and server lines (connection drops, sampled
+// rejections, accept retries).
+const (
+	KeyCount    = "count"     // events one sampled line stands for
+	KeyRetryIn  = "retry_in"  // back-off before the next Accept
+	KeyLimit    = "limit"     // the budget that was exhausted
+	KeyInFlight = "in_flight" // connections open when the drain starts
+	KeyField    = "field"     // a config key a start-up warning is about
+)

@@ -358,7 +358,7 @@ func (p *pod) writeConfig(t *testing.T) {
 // listener accepts connections.
 func (p *pod) startBotBox(t *testing.T) {
 	t.Helper()
-	env := append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, p.cfg.botboxEnv...)
+	env := append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", p.probeKeyEnv(t)}, p.cfg.botboxEnv...)
 	p.botbox = startProc(t, "botbox", p.dir, env, "ip", "netns", "exec", p.podNS,
 		"setpriv", "--reuid", strconv.Itoa(uidBotBox), "--regid", strconv.Itoa(uidBotBox), "--clear-groups",
 		p.bins.botbox, "--config", p.configPath)
@@ -400,10 +400,25 @@ func (p *pod) startBotBox(t *testing.T) {
 }
 
 // probe runs `botbox probe` against the health endpoint inside the pod, as
-// the exec readiness probe of the deployment does.
+// the exec readiness probe of the deployment does: in BotBox's container
+// (its UID), where the per-start probe key is readable.
 func (p *pod) probe(t *testing.T) (stdout, stderr string, code int) {
 	t.Helper()
-	return p.run(t, p.podNS, uidApp, nil, p.bins.botbox, "probe", "http://127.0.0.1:9090/healthz")
+	return p.run(t, p.podNS, uidBotBox, []string{p.probeKeyEnv(t)}, p.bins.botbox, "probe", "http://127.0.0.1:9090/healthz")
+}
+
+// probeKeyEnv names this pod's probe key file, in a directory only BotBox's
+// UID can use (as BotBox's own container filesystem is in a real Pod).
+func (p *pod) probeKeyEnv(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(p.dir, "botbox-run")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uidBotBox, uidBotBox); err != nil {
+		t.Fatal(err)
+	}
+	return "BOTBOX_PROBE_KEY_FILE=" + filepath.Join(dir, "probe.key")
 }
 
 // dumpLogs shows what the processes said, for a failed test.
