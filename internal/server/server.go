@@ -415,15 +415,17 @@ func (s *Server) shutdown(servers []*namedServer, limit *listener.ConnLimit) {
 	}
 	wg.Wait()
 	if !limit.Wait(ctx) {
-		// The proxy handler may track its upgrade tunnels itself (to log
-		// each one's line at close): let it close them first; the limit
-		// then closes whatever is left, hijacked or not.
-		if tc, ok := any(s.handler).(interface{ CloseTunnels() }); ok {
-			tc.CloseTunnels()
-		}
+		// The proxy handler closes its upgrade tunnels first, so each one's
+		// decision line says reason=shutdown; the limit then closes
+		// whatever is left, hijacked or not.
+		s.handler.CloseTunnels()
 		n := limit.CloseAll()
 		s.logger.Warn("drain timeout reached, closing hijacked connections", slog.Int(telemetry.KeyCount, n))
 	}
+	// Repeated-denial summaries still pending in their one-second window
+	// are written now, before the process exits (the metrics have them
+	// already).
+	s.handler.FlushLogs()
 	s.logger.Info("all connections drained")
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	defer acancel()
