@@ -59,6 +59,7 @@ type exchange struct {
 	aborted      bool
 	tunnel       *tunnelConn
 	timerDone    bool
+	agentH2      bool // the agent's request came over HTTP/2 (see endRequestBody)
 }
 
 // exchangeKey is the context key under which forward stores the exchange
@@ -74,6 +75,7 @@ func exchangeFrom(ctx context.Context) *exchange {
 func (h *Handler) newExchange(listener string, w http.ResponseWriter, r *http.Request) *exchange {
 	x := &exchange{h: h, ctx: r.Context(), id: newRequestID(), listener: listener, remote: r.RemoteAddr, start: h.now()}
 	x.cw.ResponseWriter, x.cw.x = w, x
+	x.agentH2 = r.ProtoMajor == 2
 	if r.Body != nil && r.Body != http.NoBody {
 		x.cb.ReadCloser = r.Body
 		r.Body = &x.cb
@@ -327,4 +329,39 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		b.x.h.abort(b.x, telemetry.AbortUpstreamBody, err)
 	}
 	return n, err
+}
+
+// Close ends the copy of the agent's request body, then closes the
+// origin's response body. ReverseProxy calls it once the response body
+// (and with it its trailers) is complete, or has failed, and only then
+// copies the trailers and returns.
+//
+// Why the order: the HTTP/2 transport's response Close waits until its
+// goroutine copying the request body has returned. ReverseProxy hands the
+// transport the agent's body behind a wrapper whose Close does nothing,
+// so that goroutine stays blocked reading the agent's body for as long as
+// the agent keeps its side of the stream open: a gRPC bidi stream whose
+// server ended first (OK or an error status) hung until the client's
+// deadline, and its trailers never left (Go issues 48908, 80085). Once the
+// origin's response is over nothing the agent still sends can reach it, so
+// ending the copy here loses nothing. TestServerEndsFirstWhileBodyOpen
+// holds it; test/grpc holds it for grpc-go.
+func (b *upstreamBody) Close() error {
+	b.x.endRequestBody()
+	return b.ReadCloser.Close()
+}
+
+// endRequestBody closes the agent's request body so that a transport
+// goroutine blocked reading it returns. Only for an agent on HTTP/2, whose
+// server-side body closes without blocking: a blocked Read returns an
+// error, DATA the agent still sends is discarded with its flow control
+// credited back, and the stream ends with the trailers once the handler
+// returns. An HTTP/1 body's Close waits for a concurrent Read and then
+// drains, so it would block where this is meant to unblock; and Go's
+// HTTP/1 server is half-duplex anyway (it drains the unread request body
+// before it writes the response head).
+func (x *exchange) endRequestBody() {
+	if x.agentH2 && x.cb.ReadCloser != nil {
+		_ = x.cb.ReadCloser.Close()
+	}
 }
