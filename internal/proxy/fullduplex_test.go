@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -31,29 +32,43 @@ const hangGuard = 20 * time.Second
 // with no gRPC library: an HTTP/2 POST whose request body the agent keeps
 // open, to an HTTP/2 origin that answers one message and ends its response
 // (with trailers, like a gRPC server ending a bidi stream with OK or an
-// error status). Before the fix the handler stayed blocked in
-// ReverseProxy's close of the origin's body, the trailers never left and
-// the agent waited for its own deadline.
+// error status), resets it, or loses its connection before the response
+// head. Before the fix the handler stayed blocked in the transport (in
+// ReverseProxy's close of the origin's body, or in RoundTrip) until the
+// agent's body ended: the trailers never left and the agent waited for its
+// own deadline. Only the trailers-only answer (no response body) passed.
 func TestServerEndsFirstWhileBodyOpen(t *testing.T) {
 	cases := []struct {
 		name    string
 		trailer string // Grpc-Status trailer the origin sends; "" for none
 		only    bool   // status in the response head, no body (gRPC trailers-only)
 		reset   bool   // the origin fails mid-body instead of ending cleanly
+		lost    bool   // the origin's connection is lost before the response head
 	}{
 		{name: "ok trailers", trailer: "0"},
 		{name: "error trailers", trailer: "9"},
 		{name: "trailers-only", trailer: "5", only: true},
 		{name: "no trailers", trailer: ""},
 		{name: "origin resets mid-body", reset: true},
+		{name: "connection lost before the head", lost: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, envOpts{http2Origin: true})
+			// echoed is closed once the agent has read the echo: the origin
+			// ends only then, when BotBox's copy of the agent's body is long
+			// back in a Read waiting for the next message.
+			echoed := make(chan struct{})
 			e.originMux.HandleFunc("/bidi", func(w http.ResponseWriter, r *http.Request) {
 				if tc.only {
 					w.Header().Set("Grpc-Status", tc.trailer)
 					w.WriteHeader(http.StatusOK)
+					return
+				}
+				if tc.lost {
+					_, _ = bufio.NewReader(r.Body).ReadString('\n')
+					go e.origin.CloseClientConnections()
+					<-r.Context().Done()
 					return
 				}
 				if tc.trailer != "" {
@@ -67,8 +82,13 @@ func TestServerEndsFirstWhileBodyOpen(t *testing.T) {
 					return
 				}
 				_, _ = io.WriteString(w, "echo "+line)
+				_ = http.NewResponseController(w).Flush()
+				select {
+				case <-echoed:
+				case <-r.Context().Done():
+					return
+				}
 				if tc.reset {
-					http.NewResponseController(w).Flush()
 					panic(http.ErrAbortHandler)
 				}
 				if tc.trailer != "" {
@@ -94,8 +114,17 @@ func TestServerEndsFirstWhileBodyOpen(t *testing.T) {
 					done <- result{err: err}
 					return
 				}
+				var echo []byte
+				if resp.StatusCode == http.StatusOK && !tc.only {
+					echo = make([]byte, len("echo m0\n"))
+					if _, err := io.ReadFull(resp.Body, echo); err != nil {
+						done <- result{resp: resp, err: fmt.Errorf("reading the echo: %w", err)}
+						return
+					}
+					close(echoed)
+				}
 				b, err := io.ReadAll(resp.Body)
-				done <- result{resp: resp, body: string(b), err: err}
+				done <- result{resp: resp, body: string(echo) + string(b), err: err}
 			}()
 			var got result
 			select {
@@ -111,6 +140,12 @@ func TestServerEndsFirstWhileBodyOpen(t *testing.T) {
 			}
 			if got.err != nil {
 				t.Fatalf("agent: %v", got.err)
+			}
+			if tc.lost {
+				if got.resp.StatusCode != http.StatusBadGateway {
+					t.Fatalf("connection lost: %d %q, want 502", got.resp.StatusCode, got.body)
+				}
+				return
 			}
 			if want := map[bool]string{true: "", false: "echo m0\n"}[tc.only]; got.body != want {
 				t.Errorf("body %q, want %q", got.body, want)
