@@ -366,11 +366,12 @@ func (b *outboundBody) Close() error {
 // goroutine blocked reading it returns. Only for an agent on HTTP/2, whose
 // server-side body closes without blocking, from any goroutine and any
 // number of times: a blocked Read returns an error, DATA the agent still
-// sends is discarded with its flow control credited back, and the stream
-// ends with the trailers once the handler returns. An HTTP/1 body's Close
-// waits for a concurrent Read and then drains, so it would block where
-// this is meant to unblock; and Go's HTTP/1 server is half-duplex anyway
-// (it drains the unread request body before it writes the response head).
+// sends is discarded (its connection-level flow control credited back),
+// and the stream ends with the trailers once the handler returns. An
+// HTTP/1 body's Close waits for a concurrent Read and then drains, so it
+// would block where this is meant to unblock; and Go's HTTP/1 server is
+// half-duplex anyway (it drains the unread request body before it writes
+// the response head).
 func (x *exchange) endRequestBody() {
 	if x.agentH2 && x.cb.ReadCloser != nil {
 		_ = x.cb.ReadCloser.Close()
