@@ -34,6 +34,7 @@ type exchange struct {
 	cw           countingWriter
 	cb           countingBody
 	ub           upstreamBody
+	ob           outboundBody
 	trace        httptrace.ClientTrace
 	id           string
 	listener     string
@@ -59,6 +60,7 @@ type exchange struct {
 	aborted      bool
 	tunnel       *tunnelConn
 	timerDone    bool
+	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
 }
 
 // exchangeKey is the context key under which forward stores the exchange
@@ -74,6 +76,7 @@ func exchangeFrom(ctx context.Context) *exchange {
 func (h *Handler) newExchange(listener string, w http.ResponseWriter, r *http.Request) *exchange {
 	x := &exchange{h: h, ctx: r.Context(), id: newRequestID(), listener: listener, remote: r.RemoteAddr, start: h.now()}
 	x.cw.ResponseWriter, x.cw.x = w, x
+	x.agentH2 = r.ProtoMajor == 2
 	if r.Body != nil && r.Body != http.NoBody {
 		x.cb.ReadCloser = r.Body
 		r.Body = &x.cb
@@ -327,4 +330,50 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		b.x.h.abort(b.x, telemetry.AbortUpstreamBody, err)
 	}
 	return n, err
+}
+
+// outboundBody is the request body the transport reads: ReverseProxy's
+// wrapper around the agent's body, whose Close does nothing. The Close of
+// outboundBody, which the transport calls when it is done with the stream,
+// also closes the agent's body (endRequestBody).
+//
+// Why: the HTTP/2 transport copies the request body on a goroutine of its
+// own, and both its response body's Close (which ReverseProxy calls after
+// the response and its trailers are complete, before it copies the
+// trailers and returns) and RoundTrip after a reset or a lost connection
+// wait until that goroutine has returned. With ReverseProxy's wrapper
+// alone, the goroutine stays blocked reading the agent's body for as long
+// as the agent keeps its side of the stream open: a gRPC bidi stream whose
+// server ended first (OK or an error status) hung until the client's
+// deadline and its trailers never left (Go issues 48908, 80085). Once the
+// transport has given up the stream nothing the agent still sends can
+// reach the origin, so closing the agent's body loses nothing.
+// TestServerEndsFirstWhileBodyOpen holds it; test/grpc holds it for
+// grpc-go. The transport may call Close on its own goroutine, even after
+// the handler returned: endRequestBody is safe for that.
+type outboundBody struct {
+	io.ReadCloser
+	x *exchange
+}
+
+func (b *outboundBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.x.endRequestBody()
+	return err
+}
+
+// endRequestBody closes the agent's request body so that a transport
+// goroutine blocked reading it returns. Only for an agent on HTTP/2, whose
+// server-side body closes without blocking, from any goroutine and any
+// number of times: a blocked Read returns an error, DATA the agent still
+// sends is discarded (its connection-level flow control credited back),
+// and the stream ends with the trailers once the handler returns. An
+// HTTP/1 body's Close waits for a concurrent Read and then drains, so it
+// would block where this is meant to unblock; and Go's HTTP/1 server is
+// half-duplex anyway (it drains the unread request body before it writes
+// the response head).
+func (x *exchange) endRequestBody() {
+	if x.agentH2 && x.cb.ReadCloser != nil {
+		_ = x.cb.ReadCloser.Close()
+	}
 }

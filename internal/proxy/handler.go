@@ -281,6 +281,11 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 		out.URL.Path = "/"
 	}
 	out.Host = x.authority
+	if x.agentH2 && out.Body != nil {
+		// The transport's Close of the body ends the agent's (outboundBody).
+		x.ob.ReadCloser, x.ob.x = out.Body, x
+		out.Body = &x.ob
+	}
 	// No X-Forwarded-*: the origin must not learn the Pod's internals, and
 	// the reference adds none.
 	if x.rewrites == nil {
