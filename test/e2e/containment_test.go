@@ -77,7 +77,8 @@ func TestDeniedHostOriginSeesNothing(t *testing.T) {
 	t.Run("CONNECT", func(t *testing.T) {
 		mark := p.mark(t)
 		r := p.app(t, "raw", "-addr", "127.0.0.1:8080", "-data", "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
-		assertStatus(t, "CONNECT api.example.test:443", r, http.StatusMethodNotAllowed, "CONNECT method not allowed")
+		// The reference's body, then BotBox's one-line hint.
+		assertStatus(t, "CONNECT api.example.test:443", r, http.StatusMethodNotAllowed, "CONNECT method not allowed\nuse http:// URLs or enable HTTPS interception")
 		p.assertNoTCP(t, mark, p.addr4(443))
 	})
 }
