@@ -11,23 +11,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/botbox/botbox/internal/testutil/eventually"
 )
 
 // waitDecisions waits until at least n decision lines were written (lines
 // of requests whose handler is still running, such as tunnels, come late).
 func (e *testEnv) waitDecisions(n int) []map[string]any {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		recs := e.logs.Find(msgDecision)
-		if len(recs) >= n {
-			return recs
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("got %d decision lines, want %d:\n%s", len(recs), n, e.logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var recs []map[string]any
+	eventually.Eventually(e.t, 10*time.Second, func() bool {
+		recs = e.logs.Find(msgDecision)
+		return len(recs) >= n
+	}, fmt.Sprintf("%d decision lines written", n))
+	return recs
 }
 
 // TestTruncatedBodyLoggedAsError is the proven defect of issue 9 §2: an

@@ -33,10 +33,10 @@ type SecretSource interface {
 	Snapshot() *secrets.Snapshot
 }
 
-// Listener names, used in logs.
+// Listener names, used in logs and metric labels (defined once, in telemetry).
 const (
-	ListenerHTTP  = "http"
-	ListenerHTTPS = "https"
+	ListenerHTTP  = telemetry.ListenerHTTP
+	ListenerHTTPS = telemetry.ListenerHTTPS
 )
 
 // Options configures New.

@@ -23,6 +23,7 @@ import (
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/botbox/botbox/internal/testutil/eventually"
 	"github.com/botbox/botbox/internal/testutil/logcapture"
 	"github.com/botbox/botbox/internal/testutil/testpki"
 	"github.com/botbox/botbox/internal/testutil/wsecho"
@@ -736,12 +737,11 @@ func TestRotationUnderConcurrentRequests(t *testing.T) {
 			}
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	e.writeSecret("api-key", "sk-rotated-67890\n")
-	for sawNew.Load() == 0 && time.Now().Before(deadline) {
+	eventually.Eventually(t, 10*time.Second, func() bool {
 		drain()
-		time.Sleep(5 * time.Millisecond)
-	}
+		return sawNew.Load() > 0
+	}, "the rotated secret is used")
 	close(stop)
 	wg.Wait()
 	drain()
@@ -759,16 +759,10 @@ func TestCanarySecretNeverLeaks(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	const canary = "CANARY-7f3b9c2d-do-not-leak"
 	e.writeSecret("api-key", canary+"\n")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if v, ok := e.store.Snapshot().Lookup("api-key"); ok && string(v.Reveal()) == canary {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("canary secret not loaded")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		v, ok := e.store.Snapshot().Lookup("api-key")
+		return ok && string(v.Reveal()) == canary
+	}, "canary secret loaded")
 	e.originMux.HandleFunc("/echo-error", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "upstream says no", 500) })
 	var seenByAgent strings.Builder
 	for _, host := range []string{"api.example.test", "nosecret.example.test", "blocked.example.test", "evil.test"} {
