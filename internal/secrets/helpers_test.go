@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botbox/botbox/internal/testutil/eventually"
 	"github.com/botbox/botbox/internal/testutil/logcapture"
 )
 
@@ -103,13 +104,7 @@ func startRun(t *testing.T, s *Store) {
 // deadline. It is a wait, not an assertion on timing.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Eventually(t, 10*time.Second, cond, what)
 }
 
 // fast are Run timings for tests: short debounce, resync effectively off,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/botbox/botbox/internal/testutil/eventually"
 	"github.com/botbox/botbox/internal/testutil/testpki"
 )
 
@@ -105,9 +106,9 @@ func TestMaxConnsPerHostBoundsSockets(t *testing.T) {
 	}
 	// Barrier: every request is waiting on the transport and the origin
 	// serves the cap's worth. Without the cap all 64 would be dialled.
-	eventually(t, "64 requests at the transport and the cap in flight", func() bool {
+	eventually.Eventually(t, 30*time.Second, func() bool {
 		return asked.Load() == requests && inflight.Load() >= capConns
-	})
+	}, "64 requests at the transport and the cap in flight")
 	close(release)
 	wg.Wait()
 	close(errs)
@@ -155,18 +156,5 @@ func TestTransportBounds(t *testing.T) {
 			t.Errorf("%s: MaxConnsPerHost, MaxIdleConns, MaxIdleConnsPerHost = %d, %d, %d, want %d, %d, %d", tt.name,
 				tr.MaxConnsPerHost, tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tt.wantPerHost, tt.wantIdle, tt.wantIdlePerHost)
 		}
-	}
-}
-
-// eventually polls cond until it holds; the deadline is a hang guard, not
-// a timing assertion.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/goleak"
 
+	"github.com/botbox/botbox/internal/testutil/eventually"
 	"github.com/botbox/botbox/internal/testutil/logcapture"
 )
 
@@ -55,13 +56,7 @@ func run(t *testing.T, dir string, resync time.Duration) (*reloads, *logcapture.
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Eventually(t, 10*time.Second, cond, what)
 }
 
 func write(t *testing.T, path, content string) {
