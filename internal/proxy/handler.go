@@ -21,6 +21,7 @@ import (
 	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/botbox/botbox/internal/upstream"
 )
 
 // SecretSource gives one immutable snapshot of the secrets per request, so
@@ -127,10 +128,10 @@ func compile(p config.Policy) (*compiled, error) {
 	n := len(p.Rules)
 	c := &compiled{policy: pol, rewrites: make([]*rewrite.Set, n), logNames: make([]any, n), logRefs: make([]any, n)}
 	for i, r := range p.Rules {
-		if len(r.HeaderRewrites) == 0 {
+		if len(r.HeaderRewrites) == 0 && len(r.RemoveHeaders) == 0 {
 			continue
 		}
-		s, err := rewrite.Compile(r.HeaderRewrites)
+		s, err := rewrite.CompileRule(r)
 		if err != nil {
 			return nil, fmt.Errorf("egress_policy.rules[%d] (%s): %w", i, r.Host, err)
 		}
@@ -328,6 +329,9 @@ func (h *Handler) forward(w *countingWriter, r *http.Request, x *exchange, hp ho
 		x.hostLabel = d.Rule.Host
 		x.rewrites = c.rewrites[d.Rule.Index]
 		x.logNames, x.logRefs = c.logNames[d.Rule.Index], c.logRefs[d.Rule.Index]
+		if t := d.Rule.ResponseHeaderTimeout; t > 0 {
+			x.Context = upstream.WithResponseHeaderTimeout(x.Context, t)
+		}
 	} else {
 		x.hostLabel = telemetry.HostDefaultAllow
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +149,89 @@ func TestResponseHeaderTimeoutThroughHandler(t *testing.T) {
 	r := <-done
 	if r.rec.Code != http.StatusOK || r.rec.Body.String() != "ok" {
 		t.Errorf("request with a longer own timeout: %d %q, want 200 ok", r.rec.Code, r.rec.Body.String())
+	}
+}
+
+const clientsConfig = `
+egress_policy:
+  rules:
+    - host: llm.example.test
+      action: allow
+      header_rewrites:
+        - name: x-api-key
+          value: "{value}"
+          secret_ref: llm-key
+      remove_headers: [Authorization, api-key]
+      response_header_timeout_ms: 3600000
+    - host: strip.example.test
+      action: allow
+      remove_headers: [authorization]
+`
+
+// TestRemoveHeadersThroughHandler: a rule's remove_headers are deleted
+// from the forwarded request (every value, any spelling) and never added,
+// next to its injected credential; a rule that only removes works too; and
+// the SDK's own headers (anthropic-version) pass untouched.
+func TestRemoveHeadersThroughHandler(t *testing.T) {
+	e := newClientEnv(t, clientsConfig, map[string]string{"llm-key": "sk-real"})
+	close(e.release)
+	sdk := http.Header{
+		"Authorization":     {"Bearer sk-dummy-not-a-key"},
+		"authorization":     {"Bearer smuggled"},
+		"Api-Key":           {"placeholder", "again"},
+		"X-Api-Key":         {"placeholder"},
+		"Anthropic-Version": {"2026-10-21"},
+	}
+	tests := []struct {
+		url     string
+		want    http.Header // exactly these of the sdk headers reach the origin
+		wantOut []string    // header keys that must be absent
+	}{
+		{"http://llm.example.test/v1/messages",
+			http.Header{"X-Api-Key": {"sk-real"}, "Anthropic-Version": {"2026-10-21"}},
+			[]string{"Authorization", "Api-Key"}},
+		{"http://strip.example.test/",
+			http.Header{"Api-Key": {"placeholder", "again"}, "X-Api-Key": {"placeholder"}, "Anthropic-Version": {"2026-10-21"}},
+			[]string{"Authorization"}},
+	}
+	for _, tt := range tests {
+		rec := e.serve(nil, http.MethodPost, tt.url, sdk)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: %d %q, want 200", tt.url, rec.Code, rec.Body.String())
+		}
+		<-e.arrived
+		got := <-e.seen
+		for k, v := range tt.want {
+			if g := got.Values(k); strings.Join(g, ",") != strings.Join(v, ",") {
+				t.Errorf("%s: origin got %s = %q, want %q", tt.url, k, g, v)
+			}
+		}
+		for _, k := range tt.wantOut {
+			if v := got.Values(k); len(v) > 0 {
+				t.Errorf("%s: origin got %s = %q, want none (remove_headers)", tt.url, k, v)
+			}
+		}
+	}
+}
+
+// TestRuleResponseHeaderTimeoutThroughHandler: a rule's
+// response_header_timeout_ms replaces the transport default for the
+// requests it allows: the request waits past the default (which a request
+// to another rule's host hits meanwhile) and succeeds.
+func TestRuleResponseHeaderTimeoutThroughHandler(t *testing.T) {
+	e := newClientEnv(t, clientsConfig, map[string]string{"llm-key": "sk-real"})
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- e.serve(nil, http.MethodPost, "http://llm.example.test/slow", nil) }()
+	<-e.arrived
+	<-e.seen
+	rec := e.serve(nil, http.MethodGet, "http://strip.example.test/slow", nil)
+	if rec.Code != http.StatusGatewayTimeout {
+		t.Fatalf("rule without response_header_timeout_ms: %d %q, want 504 under the default", rec.Code, rec.Body.String())
+	}
+	<-e.arrived
+	<-e.seen
+	close(e.release)
+	if rec := <-done; rec.Code != http.StatusOK || rec.Body.String() != "ok" {
+		t.Errorf("rule with response_header_timeout_ms: %d %q, want 200 ok", rec.Code, rec.Body.String())
 	}
 }
