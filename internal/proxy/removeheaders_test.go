@@ -103,11 +103,8 @@ func newClientEnv(t *testing.T, cfgYAML string, secretValues map[string]string) 
 }
 
 // serve sends one request through the plain listener's handler; ctx may
-// carry values for the pipeline (nil: a fresh context).
+// carry values for the pipeline.
 func (e *clientEnv) serve(ctx context.Context, method, url string, hdr http.Header) *httptest.ResponseRecorder {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	req := httptest.NewRequestWithContext(ctx, method, url, nil)
 	for k, v := range hdr {
 		req.Header[k] = v
@@ -139,7 +136,7 @@ func TestResponseHeaderTimeoutThroughHandler(t *testing.T) {
 	}()
 	<-e.arrived // the long request waits for its head...
 	<-e.seen
-	rec := e.serve(nil, http.MethodGet, "http://llm.example.test/slow", nil) // ...past the default, which expires here...
+	rec := e.serve(t.Context(), http.MethodGet, "http://llm.example.test/slow", nil) // ...past the default, which expires here...
 	if rec.Code != http.StatusGatewayTimeout || rec.Body.String() != "gateway timeout" {
 		t.Fatalf("request under the default timeout: %d %q, want 504 gateway timeout", rec.Code, rec.Body.String())
 	}
@@ -195,7 +192,7 @@ func TestRemoveHeadersThroughHandler(t *testing.T) {
 			[]string{"Authorization"}},
 	}
 	for _, tt := range tests {
-		rec := e.serve(nil, http.MethodPost, tt.url, sdk)
+		rec := e.serve(t.Context(), http.MethodPost, tt.url, sdk)
 		if rec.Code != http.StatusOK {
 			t.Fatalf("%s: %d %q, want 200", tt.url, rec.Code, rec.Body.String())
 		}
@@ -221,10 +218,10 @@ func TestRemoveHeadersThroughHandler(t *testing.T) {
 func TestRuleResponseHeaderTimeoutThroughHandler(t *testing.T) {
 	e := newClientEnv(t, clientsConfig, map[string]string{"llm-key": "sk-real"})
 	done := make(chan *httptest.ResponseRecorder, 1)
-	go func() { done <- e.serve(nil, http.MethodPost, "http://llm.example.test/slow", nil) }()
+	go func() { done <- e.serve(t.Context(), http.MethodPost, "http://llm.example.test/slow", nil) }()
 	<-e.arrived
 	<-e.seen
-	rec := e.serve(nil, http.MethodGet, "http://strip.example.test/slow", nil)
+	rec := e.serve(t.Context(), http.MethodGet, "http://strip.example.test/slow", nil)
 	if rec.Code != http.StatusGatewayTimeout {
 		t.Fatalf("rule without response_header_timeout_ms: %d %q, want 504 under the default", rec.Code, rec.Body.String())
 	}
