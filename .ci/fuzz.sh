@@ -3,10 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t="${1:-8s}"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
 for pkg in $(go list ./...); do
   dir=$(go list -f '{{.Dir}}' "$pkg")
   for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
     echo "fuzz $pkg $target ($t)"
-    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$t" "$pkg" >/tmp/botbox-fuzz.log 2>&1 || { cat /tmp/botbox-fuzz.log; exit 1; }
+    go test -run '^$' -fuzz "^${target}\$" -fuzztime "$t" "$pkg" >"$log" 2>&1 || { cat "$log"; exit 1; }
   done
 done

@@ -10,6 +10,14 @@
 // decided explicitly, NET_ADMIN stays in the init container, BotBox is a
 // native sidecar started after the rules, probes are exec, the embedded
 // config parses and agrees with the init container's environment), and the
-// Dockerfile keeps its build and runtime invariants. No container engine or
-// cluster is needed.
+// Dockerfile keeps its build and runtime invariants (including the version
+// stamps its build passes to the linker). No container engine or cluster is
+// needed.
+//
+// It is a module of its own (go.mod here, test-only, replace => ..), so that
+// k8s.io/* and sigs.k8s.io/yaml stay out of the product's go.mod and go.sum:
+// run `go test ./...` in this directory (.ci/run does). It still imports the
+// product's internal/config and internal/netfilter, which Go allows because
+// the internal rule is by import path and this one is under
+// github.com/botbox/botbox.
 package deploy

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -29,6 +31,7 @@ const (
 	stageIPTables    = "iptables-init"
 	stageBotBox      = "botbox"
 	dockerfilePath   = "Dockerfile"
+	buildinfoPkg     = "github.com/botbox/botbox/internal/buildinfo"
 	imageConfigLocal = "config.yaml" // deploy/config.yaml, seen from this package
 )
 
@@ -194,6 +197,13 @@ func checkDockerfile(stages []stage) []error {
 		if ld == nil || !slices.Contains(strings.Fields(ld[1]), "-s") || !slices.Contains(strings.Fields(ld[1]), "-w") {
 			fail("static-build", "line %d: go build without -ldflags \"-s -w\"", in.line)
 		}
+		if ld != nil {
+			for _, v := range []string{"version=${VERSION}", "commit=${COMMIT}"} {
+				if !slices.Contains(strings.Fields(ld[1]), buildinfoPkg+"."+v) {
+					fail("version-stamp", "line %d: go build without -X %s.%s", in.line, buildinfoPkg, v)
+				}
+			}
+		}
 		if m := buildOutput.FindStringSubmatch(in.args); m != nil {
 			binary = m[1]
 		}
@@ -311,7 +321,9 @@ func TestDockerfileInvariantsCatchViolations(t *testing.T) {
 		{"build-image", "other Go image", "golang:1.26-bookworm", "golang:1.25-bookworm"},
 		{"static-build", "cgo enabled", "CGO_ENABLED=0", "CGO_ENABLED=1"},
 		{"static-build", "no -trimpath", "-trimpath ", ""},
-		{"static-build", "symbols kept", `-ldflags="-s -w"`, `-ldflags="-X main.x=y"`},
+		{"static-build", "symbols kept", `-ldflags="-s -w -X`, `-ldflags="-X main.x=y -X`},
+		{"version-stamp", "no commit stamp", " -X github.com/botbox/botbox/internal/buildinfo.commit=${COMMIT}", ""},
+		{"version-stamp", "misspelled variable", "buildinfo.version=${VERSION}", "buildinfo.Version=${VERSION}"},
 		{"same-binary", "init image without the binary", "COPY --from=build /out/botbox /botbox\n# Root", "COPY --from=build /out/other /botbox\n# Root"},
 		{"botbox-base", "image with a shell", "gcr.io/distroless/static-debian12:nonroot", "debian:bookworm-slim"},
 		{"botbox-base", "RUN in the final stage", "COPY deploy/config.yaml /etc/botbox/config.yaml\n", "COPY deploy/config.yaml /etc/botbox/config.yaml\nRUN chmod 0600 /etc/botbox/config.yaml\n"},
@@ -383,5 +395,46 @@ func TestImageDefaultConfig(t *testing.T) {
 	}
 	if cfg.ListenAddrExplicit {
 		t.Error("listen_addr is set; leave it at the default so BotBox also listens on ::1")
+	}
+}
+
+// TestDockerfileVersionStamp builds cmd/botbox with the -ldflags of the
+// Dockerfile's go build line (its ${VERSION} and ${COMMIT} filled in, as
+// `docker build --build-arg` would) and checks that `botbox version` reports
+// them: the -X names must be the variables internal/buildinfo reads (a
+// misspelled -X is silently ignored by the linker).
+func TestDockerfileVersionStamp(t *testing.T) {
+	stages, err := parseDockerfile(readDockerfile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := findStage(stages, stageBuild)
+	if build == nil {
+		t.Fatal("no build stage")
+	}
+	flags := ""
+	for _, in := range build.all("RUN") {
+		if m := ldflags.FindStringSubmatch(in.args); m != nil && strings.Contains(in.args, "go build") {
+			flags = m[1]
+		}
+	}
+	if flags == "" {
+		t.Fatal("no go build -ldflags in the build stage")
+	}
+	const version, commit = "v9.8.7-test", "0123456789abcdef0123456789abcdef01234567"
+	flags = strings.NewReplacer("${VERSION}", version, "${COMMIT}", commit).Replace(flags)
+	out := filepath.Join(t.TempDir(), "botbox")
+	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags="+flags, "-o", out, "./cmd/botbox")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build -ldflags=%q: %v\n%s", flags, err, b)
+	}
+	got, err := exec.Command(out, "version").Output()
+	if err != nil {
+		t.Fatalf("botbox version: %v", err)
+	}
+	if want := "botbox " + version + " (commit " + commit[:12] + ","; !strings.HasPrefix(string(got), want) {
+		t.Errorf("botbox version = %q, want prefix %q", got, want)
 	}
 }

@@ -37,7 +37,7 @@ var netfilterEnv = []string{
 	netfilter.EnvUID, netfilter.EnvProxyPort, netfilter.EnvRedirectFromPort,
 	netfilter.EnvHTTPSInterception, netfilter.EnvHTTPSInterceptionPort, netfilter.EnvIPv6,
 	netfilter.EnvNATChain, netfilter.EnvFilterChain, netfilter.EnvWaitSeconds,
-	netfilter.EnvDNSServers, netfilter.EnvDropICMP,
+	netfilter.EnvDNSServers, netfilter.EnvDropICMP, netfilter.EnvMetricsPort, netfilter.EnvReject,
 }
 
 // trustEnv are the variables through which common runtimes trust an extra CA
@@ -59,7 +59,7 @@ func invariants() []invariant {
 		{"init-order", "iptables-init runs to completion before BotBox, which is a native sidecar (restartPolicy Always); no sidecar starts before the rules", checkInitOrder},
 		{"app-uid", "no container other than BotBox's own runs as the exempt UID; the Pod default is not it; apps are non-root", checkAppUID},
 		{"exempt-uid", "BotBox runs as BOTBOX_UID, and only containers of the BotBox image do", checkExemptUID},
-		{"capabilities", "NET_ADMIN/NET_RAW only on iptables-init; every container drops ALL, is unprivileged, cannot escalate", checkCapabilities},
+		{"capabilities", "NET_ADMIN/NET_RAW only on iptables-init (NET_RAW anywhere else is a complete bypass); every container drops ALL, is unprivileged, cannot escalate", checkCapabilities},
 		{"botbox-hardening", "BotBox containers: read-only root filesystem, runAsNonRoot", checkBotBoxHardening},
 		{"ipv6-decided", "BOTBOX_ENABLE_IPV6 is set literally to 0 or 1 on iptables-init", checkIPv6Decided},
 		{"netfilter-env", "iptables-init's BOTBOX_* variables are known, literal, valid and not in conflict", checkNetfilterEnv},
@@ -269,6 +269,8 @@ func checkCapabilities(v *podView) error {
 					errs = append(errs, fmt.Errorf("iptables-init adds %s; only NET_ADMIN and NET_RAW are needed", a))
 				}
 			}
+		} else if slices.Contains(add, "NET_RAW") {
+			errs = append(errs, fmt.Errorf("container %q adds NET_RAW: AF_PACKET frames skip netfilter, a complete bypass of the egress rules; only iptables-init may", c.Name))
 		} else if len(add) > 0 {
 			errs = append(errs, fmt.Errorf("container %q adds capabilities %v; only iptables-init may (NET_ADMIN lets a process rewrite the egress rules)", c.Name, add))
 		}
@@ -673,6 +675,9 @@ func checkConfigMatchesNetfilter(v *podView) error {
 	}
 	if nf.ProxyPort != cfg.ListenPort {
 		errs = append(errs, fmt.Errorf("BOTBOX_PROXY_PORT %d != listen_port %d", nf.ProxyPort, cfg.ListenPort))
+	}
+	if nf.MetricsPort != cfg.MetricsPort {
+		errs = append(errs, fmt.Errorf("BOTBOX_METRICS_PORT %d != metrics_port %d: the port-squat rules would guard the wrong port", nf.MetricsPort, cfg.MetricsPort))
 	}
 	if cfg.Interception.Enabled && nf.HTTPSInterceptionPort != cfg.Interception.ListenPort {
 		errs = append(errs, fmt.Errorf("BOTBOX_HTTPS_INTERCEPTION_PORT %d != https_interception.listen_port %d", nf.HTTPSInterceptionPort, cfg.Interception.ListenPort))

@@ -113,6 +113,12 @@ func invariantCases() []invariantCase {
 		{"capabilities", "iptables-init without NET_ADMIN", "needs NET_ADMIN", func(t *testing.T, b *bundle) {
 			container(t, b, nameIPTablesInit).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
 		}},
+		{"capabilities", "NET_RAW on the app", "AF_PACKET frames skip netfilter", func(t *testing.T, b *bundle) {
+			app(b).SecurityContext.Capabilities.Add = []corev1.Capability{"NET_RAW"}
+		}},
+		{"capabilities", "app drops NET_ADMIN only, keeping the runtime's NET_RAW", "must drop ALL", func(t *testing.T, b *bundle) {
+			app(b).SecurityContext.Capabilities.Drop = []corev1.Capability{"NET_ADMIN"}
+		}},
 		{"capabilities", "privileged app", "is privileged", func(t *testing.T, b *bundle) {
 			app(b).SecurityContext.Privileged = ptr(true)
 		}},
@@ -154,6 +160,9 @@ func invariantCases() []invariantCase {
 		{"netfilter-env", "envFrom", "envFrom", func(t *testing.T, b *bundle) {
 			container(t, b, nameIPTablesInit).EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: "net"}}}}
+		}},
+		{"netfilter-env", "BOTBOX_REJECT not a switch", "BOTBOX_REJECT must be 0 or 1", func(t *testing.T, b *bundle) {
+			setEnv(container(t, b, nameIPTablesInit), "BOTBOX_REJECT", "yes")
 		}},
 		{"netfilter-env", "DNS server by name", "not an IP address", func(t *testing.T, b *bundle) {
 			setEnv(container(t, b, nameIPTablesInit), "BOTBOX_DNS_SERVERS", "10.96.0.10,kube-dns")
@@ -267,6 +276,9 @@ func invariantCases() []invariantCase {
 		{"config-matches-netfilter", "proxy port mismatch", "BOTBOX_PROXY_PORT 8081 != listen_port 8080", func(t *testing.T, b *bundle) {
 			setEnv(container(t, b, nameIPTablesInit), "BOTBOX_PROXY_PORT", "8081")
 		}},
+		{"config-matches-netfilter", "metrics port mismatch", "BOTBOX_METRICS_PORT 9091 != metrics_port 9090", func(t *testing.T, b *bundle) {
+			setEnv(container(t, b, nameIPTablesInit), "BOTBOX_METRICS_PORT", "9091")
+		}},
 		{"config-matches-netfilter", "interception port mismatch", "!= https_interception.listen_port", func(t *testing.T, b *bundle) {
 			editConfig(t, b, "listen_port: 8443", "listen_port: 8444")
 		}},
@@ -303,6 +315,17 @@ func TestInvariantsCatchViolations(t *testing.T) {
 				t.Log(err)
 			}
 		})
+	}
+}
+
+// TestRejectIsAKnownVariable: BOTBOX_REJECT=1 on iptables-init is a valid
+// manifest (netfilterEnv lists it), not an "unknown variable".
+func TestRejectIsAKnownVariable(t *testing.T) {
+	t.Parallel()
+	b := loadBundle(t)
+	setEnv(container(t, b, nameIPTablesInit), "BOTBOX_REJECT", "1")
+	for _, err := range checkAll(b) {
+		t.Errorf("with BOTBOX_REJECT=1: %v", err)
 	}
 }
 

@@ -269,7 +269,7 @@ func (o options) openIdle(req []byte) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var rw net.Conn = c
+	rw := c
 	if o.useTLS {
 		tc := tls.Client(c, o.tlsConfig(o.sni))
 		if err := tc.Handshake(); err != nil {

@@ -46,13 +46,16 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("botbox explain", stderr)
 	path := configFlag(fs)
 	method := fs.String("method", "GET", "request method")
+	setUsage(fs, "botbox explain -c PATH [--method M] URL")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
 	const use = "usage: botbox explain -c PATH [--method M] URL"
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, use)
-		return exitUsage
+	switch {
+	case fs.NArg() == 0:
+		return usageError(stderr, "botbox explain -c PATH [--method M] URL", "botbox explain: the URL to explain is missing")
+	case fs.NArg() > 1:
+		return usageError(stderr, "botbox explain -c PATH [--method M] URL", "botbox explain: unexpected argument %q", fs.Arg(1))
 	}
 	raw := fs.Arg(0)
 	m := strings.ToUpper(*method)
@@ -71,7 +74,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		printConfigError(stderr, *path, err)
 		return exitUsage
 	}
 

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/botbox/botbox/internal/config"
 )
 
 // Exit codes.
@@ -19,12 +22,16 @@ const usage = `botbox — sidecar egress proxy with secret injection
 
 Usage:
   botbox [run] [-c|--config PATH]          run the proxy (default config.yaml)
-  botbox check -c PATH                     validate a config, print it with defaults filled in
+  botbox check [--files] [-c PATH | PATH]  validate a config, print it with defaults filled in;
+                                           --files also checks the secret and CA files it names
   botbox explain -c PATH [--method M] URL  show the decision for one request
   botbox netfilter install|print|remove    the init step: iptables/ip6tables rules from BOTBOX_* env
-  botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400)
-  botbox probe URL                         exit 0 when URL answers 200 (exec readiness probes)
+  botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 7 days)
+  botbox probe [--key-file F] URL          exit 0 when BotBox itself answers 200 at URL (exec probes)
   botbox version                           print version information
+
+Flags may come before or after the arguments. Exit codes: 0 ok, 1 error, 2 usage.
+Docs: docs/config.md (every key and message), docs/deploy.md.
 `
 
 // run dispatches on the subcommand and returns the process exit code.
@@ -34,8 +41,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	getenv := func(k string) string { v, _ := lookupEnv(k); return v }
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		switch {
-		case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-V"):
-			return runVersion(stdout)
+		case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-V" || args[0] == "-v"):
+			return runVersion(args[1:], stdout, stderr)
 		case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
 			fmt.Fprint(stdout, usage)
 			return exitOK
@@ -55,9 +62,9 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	case "ca":
 		return runCA(rest, stdout, stderr)
 	case "probe":
-		return runProbe(ctx, rest, stdout, stderr)
+		return runProbe(ctx, rest, getenv, stdout, stderr)
 	case "version":
-		return runVersion(stdout)
+		return runVersion(rest, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -67,29 +74,154 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 	}
 }
 
-// newFlagSet returns a FlagSet that reports errors to stderr and does not exit.
+// newFlagSet returns a FlagSet that reports errors to stderr and does not
+// exit. Its -h output is "usage: NAME [flags]" and the flags in the
+// README's spelling (--config); setUsage replaces the first line with one
+// that names the command's arguments.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	setUsage(fs, name+" [flags]")
 	return fs
 }
 
 // configFlag registers -c and --config (the reference's spelling) on fs.
 func configFlag(fs *flag.FlagSet) *string {
 	p := new(string)
-	fs.StringVar(p, "config", "config.yaml", "path to the configuration file")
-	fs.StringVar(p, "c", "config.yaml", "path to the configuration file (shorthand)")
+	fs.StringVar(p, "config", "config.yaml", "`PATH` of the configuration file")
+	fs.StringVar(p, "c", "config.yaml", "`PATH` of the configuration file (shorthand for --config)")
 	return p
 }
 
-// parseFlags parses and maps flag errors to exit codes; ok is false when the
-// caller should return code.
-func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK, false
+// setUsage makes fs's -h output start with the command's usage line (which
+// names its positional arguments) before the flag list.
+func setUsage(fs *flag.FlagSet, line string) {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n\nFlags:\n", line)
+		printFlags(fs)
+		fmt.Fprintln(fs.Output(), "\n`botbox help` lists every command.")
+	}
+}
+
+// isString reports whether f holds a string (its default is then quoted).
+func isString(f *flag.Flag) bool {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return false
+	}
+	_, ok = g.Get().(string)
+	return ok
+}
+
+// printFlags lists fs's flags as the README writes them: --name for long
+// names, -c for one letter (Go's flag package accepts both dashes for both).
+func printFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
 		}
+		name, usage := flag.UnquoteUsage(f)
+		line := "  " + dash + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		switch {
+		case f.DefValue == "" || f.DefValue == "false" || f.DefValue == "0":
+		case isString(f):
+			line += fmt.Sprintf(" (default %q)", f.DefValue)
+		default:
+			line += " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintln(fs.Output(), line)
+	})
+}
+
+// parseFlags parses and maps flag errors to exit codes; ok is false when the
+// caller should return code. Flags may follow positional arguments
+// ("check FILE --files", "explain URL -c FILE"): parsing resumes after each
+// argument, until a "--" ends the flags. fs.Args() is then the positional
+// arguments in order.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK, false
+			}
+			return exitUsage, false
+		}
+		rest := fs.Args()
+		consumed := args[:len(args)-len(rest)]
+		if len(rest) == 0 || len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+	// Re-parse only the positional arguments, behind "--", so that
+	// fs.Args() returns them; flag values already set are kept.
+	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
 		return exitUsage, false
 	}
 	return 0, true
+}
+
+// usageError prints "name: msg" and the usage line, and returns exitUsage.
+func usageError(stderr io.Writer, line, format string, args ...any) int {
+	fmt.Fprintf(stderr, format+"\nusage: %s\n", append(args, line)...)
+	return exitUsage
+}
+
+// configPathArg returns the config path of a command that takes it as -c
+// PATH or as its only positional argument ("botbox check some.yaml"). Any
+// other positional argument, or a positional path that contradicts -c, is a
+// usage error: a command must never validate a file other than the one named.
+func configPathArg(fs *flag.FlagSet, flagPath, name, line string, stderr io.Writer) (string, int, bool) {
+	switch fs.NArg() {
+	case 0:
+		return flagPath, 0, true
+	case 1:
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "c" || f.Name == "config" })
+		if explicit && fs.Arg(0) != flagPath {
+			return "", usageError(stderr, line, "%s: config path given twice (-c %q and %q); give it once", name, flagPath, fs.Arg(0)), false
+		}
+		return fs.Arg(0), 0, true
+	default:
+		return "", usageError(stderr, line, "%s: unexpected argument %q", name, fs.Arg(1)), false
+	}
+}
+
+// noArgs refuses positional arguments for a command that takes none.
+func noArgs(fs *flag.FlagSet, name, line string, stderr io.Writer) (int, bool) {
+	if fs.NArg() > 0 {
+		return usageError(stderr, line, "%s: unexpected argument %q", name, fs.Arg(0)), false
+	}
+	return 0, true
+}
+
+// printConfigError reports a failed config.Load for path: the file's
+// problems, one per line, under "PATH: invalid configuration:", or, when
+// the file could not be read (no *config.FieldError inside), the read error
+// alone ("config file not found: PATH").
+func printConfigError(stderr io.Writer, path string, err error) {
+	ps := config.Problems(err)
+	if len(ps) == 0 {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return
+	}
+	fmt.Fprintf(stderr, "%s: invalid configuration (%d %s):\n", path, len(ps), plural(len(ps), "problem", "problems"))
+	for _, p := range ps {
+		fmt.Fprintf(stderr, "  %v\n", p)
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

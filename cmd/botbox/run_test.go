@@ -5,15 +5,19 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/botbox/botbox/internal/admin"
 	"github.com/botbox/botbox/internal/mitm"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func runArgs(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
@@ -174,18 +178,56 @@ func TestCANew(t *testing.T) {
 	}
 }
 
+// TestProbe is the issue 8 §3 squat case: a process answering 200 on the
+// admin port without BotBox's per-start key never passes the probe; BotBox's
+// own admin handler, holding the key, passes when ready and fails when not.
 func TestProbe(t *testing.T) {
-	status := http.StatusServiceUnavailable
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }))
-	defer srv.Close()
-	if code, _, _ := runArgs(t, nil, "probe", srv.URL); code != 1 {
-		t.Errorf("503: exit %d, want 1", code)
+	keyFile := filepath.Join(t.TempDir(), "probe.key")
+	key, err := admin.NewProbeKey()
+	if err != nil {
+		t.Fatal(err)
 	}
-	status = http.StatusOK
-	if code, _, _ := runArgs(t, nil, "probe", srv.URL); code != 0 {
-		t.Errorf("200: exit %d, want 0", code)
+	if err := admin.WriteProbeKey(keyFile, key); err != nil {
+		t.Fatal(err)
 	}
-	if code, _, _ := runArgs(t, nil, "probe", "--timeout", "200ms", "http://127.0.0.1:1/healthz"); code != 1 {
+	env := map[string]string{"BOTBOX_PROBE_KEY_FILE": keyFile}
+
+	squatter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Echoing whatever it can see is all a squatter can do.
+		w.Header().Set(admin.ProbeAuthHeader, r.Header.Get(admin.ProbeNonceHeader))
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer squatter.Close()
+	if code, _, errOut := runArgs(t, env, "probe", squatter.URL+"/healthz"); code != 1 || !strings.Contains(errOut, "another process may hold the port") {
+		t.Errorf("squatter: exit %d %q, want 1 naming the squat", code, errOut)
+	}
+
+	var ready atomic.Bool
+	real := httptest.NewServer(admin.NewHandler(prometheus.NewRegistry(), ready.Load, key))
+	defer real.Close()
+	if code, out, _ := runArgs(t, env, "probe", real.URL+"/healthz"); code != 1 || !strings.Contains(out, "503") {
+		t.Errorf("not ready: exit %d %q, want 1 reporting 503", code, out)
+	}
+	ready.Store(true)
+	if code, _, errOut := runArgs(t, env, "probe", real.URL+"/healthz"); code != 0 {
+		t.Errorf("ready: exit %d %s, want 0", code, errOut)
+	}
+	if code, _, _ := runArgs(t, env, "probe", "--key-file", keyFile, real.URL+"/metrics"); code != 0 {
+		t.Errorf("/metrics with --key-file: exit %d, want 0", code)
+	}
+	// Another start's key (a stale file, another instance) does not verify.
+	other := filepath.Join(t.TempDir(), "other.key")
+	otherKey, _ := admin.NewProbeKey()
+	if err := admin.WriteProbeKey(other, otherKey); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := runArgs(t, nil, "probe", "--key-file", other, real.URL+"/healthz"); code != 1 {
+		t.Errorf("wrong key: exit %d, want 1", code)
+	}
+	if code, _, _ := runArgs(t, nil, "probe", "--key-file", filepath.Join(t.TempDir(), "missing"), real.URL+"/healthz"); code != 1 {
+		t.Errorf("no key file: exit %d, want 1", code)
+	}
+	if code, _, _ := runArgs(t, env, "probe", "--timeout", "200ms", "http://127.0.0.1:1/healthz"); code != 1 {
 		t.Errorf("refused: exit %d, want 1", code)
 	}
 }

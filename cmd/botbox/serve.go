@@ -14,6 +14,7 @@ import (
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("botbox run", stderr)
 	path := configFlag(fs)
+	probeKeyFile := fs.String("probe-key-file", probeKeyFileDefault(getenv), "where to write the per-start key `botbox probe` checks; readable only in this container (env "+envProbeKeyFile+")")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -25,7 +26,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	base := telemetry.NewLogger(stdout, level)
 	logger := telemetry.WithTarget(base, telemetry.TargetMain)
 	slog.SetDefault(logger)
-	logger.Info("loading configuration", slog.String("config_path", *path))
+	logger.Info("loading configuration", slog.String(telemetry.KeyConfigPath, *path))
 	cfg, err := config.Load(*path)
 	if err != nil {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
@@ -37,9 +38,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	level.Set(cfg.LogLevel)
 	for _, w := range cfg.Warnings {
-		logger.Warn(w.Message, slog.String("field", w.Path))
+		logger.Warn(w.Message, slog.String(telemetry.KeyField, w.Path))
 	}
-	srv, err := server.New(cfg, server.Options{Logger: base})
+	srv, err := server.New(cfg, server.Options{Logger: base, ProbeKeyFile: *probeKeyFile})
 	if err != nil {
 		logger.Error("startup failed", slog.String(telemetry.KeyError, err.Error()))
 		fmt.Fprintf(stderr, "Error: %v\n", err)

@@ -16,13 +16,19 @@
 // error bodies are text/plain with no trailing newline, exactly the
 // reference's bodies.
 //
-// The package does not listen: cmd/botbox serves the handler on a
-// loopback-only http.Server with its own timeouts and shutdown, and flips
-// readiness (for example to false on SIGTERM) through the ready function.
+// Probes that send a nonce in ProbeNonceHeader get ProbeAuthHeader back, an
+// HMAC under the per-start key that BotBox writes to a file only its own
+// container can read (probe.go), so that a process squatting the port
+// cannot pass `botbox probe`.
+//
+// The package does not listen: package server serves the handler on a
+// loopback-only http.Server with its own connection budget, timeouts and
+// shutdown, and flips readiness (for example to false on SIGTERM) through
+// the ready function.
 //
 // Typical use:
 //
-//	srv := &http.Server{Addr: "127.0.0.1:9090", Handler: admin.NewHandler(metrics.Registry, ready.Load)}
+//	srv := &http.Server{Addr: "127.0.0.1:9090", Handler: admin.NewHandler(metrics.Registry, ready.Load, probeKey)}
 package admin
 
 import (
@@ -43,27 +49,33 @@ const (
 
 // handler routes the admin paths.
 type handler struct {
-	metrics http.Handler
-	ready   func() bool
+	metrics  http.Handler
+	ready    func() bool
+	probeKey []byte
 }
 
 var _ http.Handler = (*handler)(nil)
 
 // NewHandler returns the admin handler serving reg on /metrics and ready()
 // on /healthz and /readyz. ready is called once per probe and must be safe
-// for concurrent use; nil means always ready.
-func NewHandler(reg prometheus.Gatherer, ready func() bool) http.Handler {
+// for concurrent use; nil means always ready. probeKey (nil = none) signs
+// the answers to probes that send a nonce.
+func NewHandler(reg prometheus.Gatherer, ready func() bool, probeKey []byte) http.Handler {
 	if ready == nil {
 		ready = func() bool { return true }
 	}
 	return &handler{
-		metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		ready:   ready,
+		metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		ready:    ready,
+		probeKey: probeKey,
 	}
 }
 
 // ServeHTTP implements http.Handler.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if nonce := r.Header.Get(ProbeNonceHeader); h.probeKey != nil && validNonce(nonce) {
+		w = &probeAuthWriter{ResponseWriter: w, key: h.probeKey, nonce: nonce, path: r.URL.Path}
+	}
 	switch r.URL.Path {
 	case "/metrics", "/healthz", "/readyz":
 	default:

@@ -21,7 +21,7 @@ func newTestServer(t *testing.T) (*httptest.Server, *atomic.Bool) {
 	reg.MustRegister(c)
 	c.Add(3)
 	var ready atomic.Bool
-	srv := httptest.NewServer(NewHandler(reg, ready.Load))
+	srv := httptest.NewServer(NewHandler(reg, ready.Load, nil))
 	t.Cleanup(srv.Close)
 	return srv, &ready
 }
@@ -118,7 +118,7 @@ func TestHandlerReadinessFlips(t *testing.T) {
 }
 
 func TestHandlerNilReady(t *testing.T) {
-	h := NewHandler(prometheus.NewRegistry(), nil)
+	h := NewHandler(prometheus.NewRegistry(), nil, nil)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	if rec.Code != 200 || rec.Body.String() != "ok" {

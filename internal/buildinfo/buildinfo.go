@@ -5,7 +5,12 @@
 // It needs no -ldflags: `go build` in a git checkout records vcs.revision
 // and vcs.modified. A build without VCS stamping (-buildvcs=false, a source
 // tree without .git, or `go test`) reports version "devel" and an empty
-// commit. The package keeps no state and imports nothing internal.
+// commit, unless the build stamps them at link time: the container build
+// (deploy/Dockerfile, which has no .git) passes
+// -X github.com/botbox/botbox/internal/buildinfo.version=... and
+// ...buildinfo.commit=... from its VERSION and COMMIT build arguments
+// (docs/deploy.md). The package imports nothing internal; its only state
+// is those two link-time strings, never written at run time.
 //
 // Typical use:
 //
@@ -37,10 +42,28 @@ type Info struct {
 	GoVersion string
 }
 
+// version and commit are set by the linker (-X) in builds without VCS
+// information; empty otherwise.
+var version, commit string
+
 // Read returns the running binary's build information.
 func Read() Info {
 	bi, ok := debug.ReadBuildInfo()
-	return fromBuildInfo(bi, ok)
+	return stamped(fromBuildInfo(bi, ok), version, commit)
+}
+
+// stamped returns info with the link-time version and commit, where given,
+// taking precedence over what the toolchain recorded. A stamped commit with
+// no VCS information carries no "modified" flag.
+// TestStamped and deploy's TestDockerfileVersionStamp hold this.
+func stamped(info Info, version, commit string) Info {
+	if version != "" {
+		info.Version = version
+	}
+	if commit != "" && commit != info.Commit {
+		info.Commit, info.Modified = commit, false
+	}
+	return info
 }
 
 // fromBuildInfo extracts Info from what debug.ReadBuildInfo returned.

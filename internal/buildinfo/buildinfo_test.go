@@ -105,3 +105,27 @@ func TestRead(t *testing.T) {
 		t.Errorf("String() = %q", s)
 	}
 }
+
+func TestStamped(t *testing.T) {
+	vcs := Info{Version: "v1.2.3", Commit: "0123456789abcdef", Modified: true, GoVersion: "go1.26.8"}
+	tests := []struct {
+		name            string
+		in              Info
+		version, commit string
+		want            Info
+	}{
+		{"nothing stamped", vcs, "", "", vcs},
+		{"devel build stamped", Info{Version: Devel, GoVersion: "go1.26.8"}, "v1.3.0-rc1", "fedcba9876543210",
+			Info{Version: "v1.3.0-rc1", Commit: "fedcba9876543210", GoVersion: "go1.26.8"}},
+		{"version only", Info{Version: Devel, GoVersion: "go1.26.8"}, "v1.3.0", "",
+			Info{Version: "v1.3.0", GoVersion: "go1.26.8"}},
+		{"same commit keeps modified", vcs, "", "0123456789abcdef", vcs},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := stamped(tt.in, tt.version, tt.commit); got != tt.want {
+				t.Errorf("stamped(%+v, %q, %q) = %+v, want %+v", tt.in, tt.version, tt.commit, got, tt.want)
+			}
+		})
+	}
+}

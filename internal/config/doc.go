@@ -2,12 +2,16 @@
 //
 // The file is YAML with the keys of the reference BotBox (reoring/botbox)
 // plus the additions documented in docs/config.md. It is decoded strictly
-// into unexported wire structs (go.yaml.in/yaml/v3 with KnownFields: unknown
-// keys, duplicate keys, an empty file and a second YAML document are errors),
-// then defaults are filled in and every value is validated, and the result is
-// converted into the immutable domain type [Config]. Every problem found is
-// reported at once, each as a [*FieldError] carrying its key path and line,
-// joined with errors.Join.
+// into unexported wire structs (unknown keys, duplicate keys, an empty file
+// and a second YAML document are errors), then defaults are filled in and
+// every value is validated, and the result is
+// converted into the domain type [Config] (read-only once ApplyEnv ran).
+// Every problem found is reported at once — unknown and duplicate keys,
+// wrong types and invalid values together — each as a [*FieldError] carrying
+// its key path and line, joined with errors.Join; only a YAML syntax error,
+// an empty file or a second document stop early. Keys and types are checked
+// by walking the YAML node tree along the wire structs, never by reading
+// go-yaml's error text.
 //
 // Host names of policy rules are canonicalised with package hostport, so the
 // policy, the proxy and the interception listener compare the same strings.
@@ -19,7 +23,9 @@
 //
 //	cfg, err := config.Load(path)
 //	if err != nil {
-//		for _, p := range config.Problems(err) { fmt.Fprintln(stderr, p) }
+//		ps := config.Problems(err)
+//		if len(ps) == 0 { fmt.Fprintln(stderr, err) } // not read: "config file not found: PATH"
+//		for _, p := range ps { fmt.Fprintln(stderr, p) }
 //		return 1
 //	}
 //	if err := config.ApplyEnv(cfg, os.Getenv); err != nil { … }

@@ -29,9 +29,14 @@ type effConfig struct {
 	ShutdownTimeoutSeconds          int64 `yaml:"shutdown_timeout_seconds"`
 	SecretsReloadDebounceMS         int64 `yaml:"secrets_reload_debounce_ms"`
 	SecretsResyncSeconds            int64 `yaml:"secrets_resync_seconds"`
+	TunnelIdleTimeoutSeconds        int64 `yaml:"tunnel_idle_timeout_seconds"`
 
 	UpstreamMaxConnsPerHost int `yaml:"upstream_max_conns_per_host"`
 	UpstreamMaxIdleConns    int `yaml:"upstream_max_idle_conns"`
+
+	MaxConcurrentRequests         int   `yaml:"max_concurrent_requests"`
+	HTTP2MaxConcurrentStreams     int   `yaml:"http2_max_concurrent_streams"`
+	DownstreamWriteTimeoutSeconds int64 `yaml:"downstream_write_timeout_seconds"`
 
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
@@ -101,9 +106,14 @@ func (c *Config) Effective() ([]byte, error) {
 		ShutdownTimeoutSeconds:          seconds(c.Timeouts.Shutdown),
 		SecretsReloadDebounceMS:         c.SecretsReloadDebounce.Milliseconds(),
 		SecretsResyncSeconds:            seconds(c.SecretsResyncInterval),
+		TunnelIdleTimeoutSeconds:        seconds(c.Timeouts.TunnelIdle),
 
 		UpstreamMaxConnsPerHost: c.UpstreamMaxConnsPerHost,
 		UpstreamMaxIdleConns:    c.UpstreamMaxIdleConns,
+
+		MaxConcurrentRequests:         c.MaxConcurrentRequests,
+		HTTP2MaxConcurrentStreams:     c.HTTP2MaxConcurrentStreams,
+		DownstreamWriteTimeoutSeconds: seconds(c.Timeouts.DownstreamWrite),
 
 		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}},
 	}

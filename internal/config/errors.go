@@ -2,7 +2,11 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
+
+	"github.com/botbox/botbox/internal/hostport"
 )
 
 // FieldError is one configuration problem. Parse joins every FieldError it
@@ -67,4 +71,37 @@ func joinProblems(ps []*FieldError) error {
 		errs[i] = p
 	}
 	return errors.Join(errs...)
+}
+
+// hostHint returns the fix for a rule host that hostport refused, as
+// " (write the bare host: api.x.com)", or "" when there is no obvious one.
+// Users paste URLs ("https://api.x.com/v1") and wildcards into host:.
+func hostHint(raw string) string {
+	if strings.Contains(raw, "*") {
+		return " (list each host name in its own rule)"
+	}
+	s := raw
+	if _, rest, ok := strings.Cut(s, "://"); ok {
+		s = rest
+	}
+	if i := strings.IndexAny(s, "/?#"); i >= 0 {
+		s = s[:i]
+	}
+	if s == raw {
+		return ""
+	}
+	hp, err := hostport.Parse(s)
+	if err != nil {
+		return ""
+	}
+	if hp.HasPort && hp.Port != 443 {
+		return fmt.Sprintf(" (write the bare host: %s, and list port %d in allowed_ports)", hp.Host, hp.Port)
+	}
+	return fmt.Sprintf(" (write the bare host: %s)", hp.Host)
+}
+
+// portHint is the fix for a rule host written with a port, which is
+// ignored (see ruleHost): the message already names allowed_ports.
+func portHint(hp hostport.HostPort) string {
+	return "; write the bare host: " + hp.Host
 }

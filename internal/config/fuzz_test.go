@@ -9,7 +9,8 @@ import (
 	"golang.org/x/tools/txtar"
 )
 
-// FuzzParse: Parse never panics; every error is a list of *FieldError; a
+// FuzzParse: Parse never panics; every error is a list of *FieldError and
+// never yaml's fallback text (the node walk finds every type mismatch); a
 // valid config survives Effective -> Parse unchanged (see checkRoundTrip).
 func FuzzParse(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "cases", "*.txtar"))
@@ -29,6 +30,9 @@ func FuzzParse(f *testing.F) {
 		"egress_policy:\n  rules:\n    - {host: \"[::1]:443\", action: allow, allowed_ports: [1, 65535]}\n",
 		"egress_policy: &a\n  rules: []\nx: *a\n",
 		"egress_policy: {rules: [{host: a, action: deny, header_rewrites: [{name: X, value: '{value}', secret_ref: k}]}]}\n",
+		"base: &b {action: allow}\negress_policy:\n  rules:\n    - <<: *b\n      host: a\n",
+		"egress_policy:\n\trules: []\n",
+		"listen_port: [1]\nmetrics_port: {a: 1}\negress_policy: 3\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -41,6 +45,12 @@ func FuzzParse(f *testing.F) {
 			}
 			if got := strings.Count(err.Error(), "\n") + 1; got < len(ps) {
 				t.Fatalf("error text has %d lines for %d problems", got, len(ps))
+			}
+			// nodeChecker must catch every type mismatch before yaml does.
+			for _, p := range ps {
+				if strings.HasPrefix(p.Msg, "cannot decode the config") {
+					t.Fatalf("a type error escaped nodeChecker: %v", p)
+				}
 			}
 			return
 		}

@@ -6,8 +6,11 @@ import (
 	"time"
 )
 
-// Config is the validated, immutable configuration BotBox runs with. It is
-// produced only by Parse/Load; every default is already filled in.
+// Config is the validated configuration BotBox runs with. It is produced
+// only by Parse/Load, with every default filled in; ApplyEnv may then
+// override fields from the environment. After that it is read-only: it is
+// shared by every goroutine without locks, slices included, so nothing may
+// modify it once the server starts.
 type Config struct {
 	// ListenAddr is the plain HTTP proxy listener address (default 127.0.0.1).
 	ListenAddr netip.Addr
@@ -23,6 +26,13 @@ type Config struct {
 	// MaxConnections bounds concurrent downstream connections across every
 	// proxy listener (default 1024, at least 1).
 	MaxConnections int
+	// MaxConcurrentRequests bounds requests in flight across every proxy
+	// listener, HTTP/2 streams and WebSocket tunnels included (default
+	// 2 × MaxConnections).
+	MaxConcurrentRequests int
+	// HTTP2MaxConcurrentStreams is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
+	// the interception listener announces per connection (default 100).
+	HTTP2MaxConcurrentStreams int
 	// AllowNonLoopback permits a non-loopback ListenAddr (default false).
 	AllowNonLoopback bool
 	// Policy is the egress policy.
@@ -141,7 +151,13 @@ type Timeouts struct {
 	DownstreamReadHeader time.Duration
 	// DownstreamIdle closes idle client keep-alive connections (default 120s).
 	DownstreamIdle time.Duration
+	// DownstreamWrite bounds each single write of a response to the client
+	// (a client that stops reading); not the response as a whole (default 60s).
+	DownstreamWrite time.Duration
 	// Shutdown is the single drain deadline after SIGTERM (default 25s, below
 	// Kubernetes' 30s grace period).
 	Shutdown time.Duration
+	// TunnelIdle closes an upgrade tunnel (WebSocket) after this long with
+	// no byte in either direction (default 600s; at least 1s).
+	TunnelIdle time.Duration
 }

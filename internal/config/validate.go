@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/secretref"
 )
 
 // Defaults. The reference's values where it has the key or hard-codes the
@@ -32,6 +33,10 @@ const (
 	defaultShutdownTimeoutSeconds          = 25
 	defaultSecretsReloadDebounceMS         = 2000
 	defaultSecretsResyncSeconds            = 30
+	// defaultTunnelIdleTimeoutSeconds: realtime APIs keep a WebSocket
+	// silent between turns for minutes; 10 minutes cuts only abandoned
+	// tunnels.
+	defaultTunnelIdleTimeoutSeconds = 600
 
 	defaultUpstreamMaxConnsPerHost = 512
 	defaultUpstreamMaxIdleConns    = 1024
@@ -42,6 +47,15 @@ const (
 	// Bound of upstream_response_header_timeout_ms and of a rule's
 	// response_header_timeout_ms (1 hour).
 	responseHeaderTimeoutMSLimit = 3_600_000
+
+	// max_concurrent_requests defaults to this many times max_connections:
+	// 1, because each in-flight request toward an HTTP/1.1 origin costs
+	// about 100 KiB (test/flood, docs/performance.md "Memory model"), and
+	// 2 × 1024 of them came within 10% of the manifest's 256 MiB.
+	defaultRequestsPerConnection         = 1
+	defaultHTTP2MaxConcurrentStreams     = 100
+	http2MaxConcurrentStreamsLimit       = 1000
+	defaultDownstreamWriteTimeoutSeconds = 60
 
 	defaultInterceptionListenPort = 8443
 	defaultCertTTLSeconds         = 86400
@@ -174,7 +188,12 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 		DownstreamReadHeader:   c.ms("read_header_timeout_ms", w.ReadHeaderTimeoutMS, defaultReadHeaderTimeoutMS, 1, 600_000),
 		DownstreamIdle:         c.seconds("idle_timeout_seconds", w.IdleTimeoutSeconds, defaultIdleTimeoutSeconds, 1, 3600),
 		Shutdown:               c.seconds("shutdown_timeout_seconds", w.ShutdownTimeoutSeconds, defaultShutdownTimeoutSeconds, 1, 3600),
+		TunnelIdle:             c.seconds("tunnel_idle_timeout_seconds", w.TunnelIdleTimeoutSeconds, defaultTunnelIdleTimeoutSeconds, 1, 86400),
 	}
+	cfg.Timeouts.DownstreamWrite = c.seconds("downstream_write_timeout_seconds", w.DownstreamWriteTimeoutSeconds, defaultDownstreamWriteTimeoutSeconds, 1, 3600)
+	cfg.MaxConcurrentRequests = int(c.intIn("max_concurrent_requests", w.MaxConcurrentRequests,
+		min(int64(defaultRequestsPerConnection)*int64(max(cfg.MaxConnections, 1)), int64(maxConnectionsLimit)), 1, maxConnectionsLimit))
+	cfg.HTTP2MaxConcurrentStreams = int(c.intIn("http2_max_concurrent_streams", w.HTTP2MaxConcurrentStreams, defaultHTTP2MaxConcurrentStreams, 1, http2MaxConcurrentStreamsLimit))
 	cfg.SecretsReloadDebounce = c.ms("secrets_reload_debounce_ms", w.SecretsReloadDebounceMS, defaultSecretsReloadDebounceMS, 1, 60_000)
 	cfg.SecretsResyncInterval = c.seconds("secrets_resync_seconds", w.SecretsResyncSeconds, defaultSecretsResyncSeconds, 1, 3600)
 	cfg.UpstreamMaxConnsPerHost = int(c.intIn("upstream_max_conns_per_host", w.UpstreamMaxConnsPerHost, defaultUpstreamMaxConnsPerHost, 1, upstreamMaxConnsPerHostLimit))
@@ -347,7 +366,7 @@ func (c *checker) removeHeaders(path, host string, w wireRule) []string {
 		case !httpguts.ValidHeaderFieldName(name):
 			c.errorf(p, "invalid header name '%s' in remove_headers for host '%s'", clip(name), host)
 			continue
-		case reservedHeader(name):
+		case ReservedHeader(name):
 			c.errorf(p, "header '%s' cannot be used in remove_headers (reserved/hop-by-hop) for host '%s'", name, host)
 			continue
 		}
@@ -382,10 +401,10 @@ func (c *checker) ruleHost(path string, raw *string) (string, bool) {
 	}
 	hp, err2 := hostport.Parse(*raw)
 	if err2 != nil || !hp.HasPort {
-		c.errorf(path, "%v", err)
+		c.errorf(path, "%v%s", err, hostHint(*raw))
 		return "", false
 	}
-	c.warn(path, fmt.Sprintf("port %d in host '%s' is ignored; only allowed_ports selects ports (without it only 443 is allowed)", hp.Port, clip(*raw)))
+	c.warn(path, fmt.Sprintf("port %d in host '%s' is ignored; only allowed_ports selects ports (without it only 443 is allowed)%s", hp.Port, clip(*raw), portHint(hp)))
 	return hp.Host, true
 }
 
@@ -400,7 +419,7 @@ func (c *checker) rewrite(path, host string, w wireRewrite) (HeaderRewrite, bool
 	case !httpguts.ValidHeaderFieldName(h.Name):
 		c.errorf(path+".name", "invalid header name '%s' in rewrite for host '%s'", clip(h.Name), host)
 		ok = false
-	case reservedHeader(h.Name):
+	case ReservedHeader(h.Name):
 		c.errorf(path+".name", "header '%s' cannot be used in rewrites (reserved/hop-by-hop) for host '%s'", h.Name, host)
 		ok = false
 	}
@@ -412,8 +431,8 @@ func (c *checker) rewrite(path, host string, w wireRewrite) (HeaderRewrite, bool
 	}
 	// The value is never quoted in messages: a static value may be a credential.
 	if w.SecretRef != nil {
-		if !validSecretRef(h.SecretRef) {
-			c.errorf(path+".secret_ref", "secret_ref '%s' for header '%s' must be a plain file name in secrets_dir (not empty, no '/', no whitespace or control characters, not starting with '.')", clip(h.SecretRef), name)
+		if !secretref.Valid(h.SecretRef) {
+			c.errorf(path+".secret_ref", "secret_ref '%s' for header '%s' must be %s", clip(h.SecretRef), name, secretref.Rule)
 			ok = false
 		}
 		if w.Value != nil && !strings.Contains(h.Value, "{value}") {
@@ -431,30 +450,17 @@ func (c *checker) rewrite(path, host string, w wireRewrite) (HeaderRewrite, bool
 	return h, ok
 }
 
-// reservedHeader reports the headers a rewrite may not set: Host and the
-// hop-by-hop headers (the reference's list).
-func reservedHeader(name string) bool {
+// ReservedHeader reports (case-insensitively) the headers a rewrite may not
+// set: Host, which the proxy sets from the upstream authority, and the
+// hop-by-hop headers, which would change how the upstream connection
+// behaves (the reference's list). Package rewrite refuses the same list.
+func ReservedHeader(name string) bool {
 	switch strings.ToLower(name) {
 	case "host", "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
 		"proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade":
 		return true
 	}
 	return false
-}
-
-// validSecretRef reports whether ref is a plain file name that the secrets
-// loader can hold: not empty, at most 255 bytes, no '/', no leading '.'
-// (dotfiles are skipped by the loader), no whitespace or control bytes.
-func validSecretRef(ref string) bool {
-	if ref == "" || len(ref) > 255 || ref[0] == '.' {
-		return false
-	}
-	for i := 0; i < len(ref); i++ {
-		if b := ref[i]; b == '/' || b <= ' ' || b == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 func (c *checker) interception(w *wireInterception, cfg *Config) Interception {

@@ -2,7 +2,7 @@ package config
 
 // The wire structs mirror the YAML file one to one. Pointers mark keys whose
 // absence differs from their zero value (absent = default). They have no
-// custom UnmarshalYAML on purpose: strict decoding (KnownFields) does not
+// custom UnmarshalYAML on purpose: the node walk of parse.go (nodeChecker) does not
 // reach inside custom unmarshalers. Special scalars (addresses, actions,
 // levels, ranges) are interpreted after decoding, in validate.go.
 
@@ -26,9 +26,15 @@ type wireConfig struct {
 	ShutdownTimeoutSeconds          *int64 `yaml:"shutdown_timeout_seconds"`
 	SecretsReloadDebounceMS         *int64 `yaml:"secrets_reload_debounce_ms"`
 	SecretsResyncSeconds            *int64 `yaml:"secrets_resync_seconds"`
+	TunnelIdleTimeoutSeconds        *int64 `yaml:"tunnel_idle_timeout_seconds"`
 
 	UpstreamMaxConnsPerHost *int64 `yaml:"upstream_max_conns_per_host"`
 	UpstreamMaxIdleConns    *int64 `yaml:"upstream_max_idle_conns"`
+
+	// Request budget and downstream stream bounds (server).
+	MaxConcurrentRequests         *int64 `yaml:"max_concurrent_requests"`
+	HTTP2MaxConcurrentStreams     *int64 `yaml:"http2_max_concurrent_streams"`
+	DownstreamWriteTimeoutSeconds *int64 `yaml:"downstream_write_timeout_seconds"`
 
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`

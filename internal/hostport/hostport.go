@@ -19,7 +19,8 @@
 // dotted-quad, and a last label "0x…" is refused. This closes the aliasing of
 // deny rules described in reference §10.3 #3.
 //
-// The package is pure: no DNS, no I/O, no global state.
+// The package is pure: no DNS, no I/O, no global state. It is the one host
+// grammar of BotBox: package mitm validates TLS server names with ParseHost.
 //
 // Typical use:
 //
@@ -37,6 +38,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
+
+	"github.com/botbox/botbox/internal/echo"
 )
 
 // ErrInvalid is wrapped by every error this package returns.
@@ -45,9 +48,6 @@ var ErrInvalid = errors.New("invalid host")
 // maxInput bounds the work done on hostile input. Any valid name, even in
 // its Unicode form, fits well below it.
 const maxInput = 2048
-
-// maxEcho is the most input an error message repeats.
-const maxEcho = 64
 
 // HostPort is a canonical host with an optional port.
 type HostPort struct {
@@ -273,21 +273,44 @@ var lookup = idna.New(
 
 // parseName canonicalises a host name or IPv4 literal (no port, no ':').
 func parseName(orig string) (string, error) {
-	s, err := lookup.ToASCII(orig)
-	if err != nil {
-		return "", invalid(orig, "not a valid host name")
+	s := orig
+	if !plainLDH(orig) {
+		var err error
+		if s, err = lookup.ToASCII(orig); err != nil {
+			return "", invalid(orig, "not a valid host name")
+		}
 	}
 	s = strings.TrimSuffix(s, ".")
 	if s == "" {
 		return "", invalid(orig, "empty host")
 	}
-	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
-		return a.String(), nil
+	// Only a name ending in a digit can be a dotted-quad (skipping the rest
+	// avoids ParseAddr's error allocation on every ordinary name).
+	if c := s[len(s)-1]; c >= '0' && c <= '9' {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+			return a.String(), nil
+		}
 	}
 	if err := checkName(s); err != "" {
 		return "", invalid(orig, err)
 	}
 	return s, nil
+}
+
+// plainLDH reports whether s is made only of [a-z0-9.-] and has no "xn--"
+// label: the UTS #46 lookup maps such a string to itself (FuzzPlainLDH holds
+// this), so parseName skips it and the common case does not allocate.
+func plainLDH(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+		if c == 'x' && (i == 0 || s[i-1] == '.') && strings.HasPrefix(s[i:], "xn--") {
+			return false
+		}
+	}
+	return true
 }
 
 // checkName validates an ASCII name (LDH rule, lengths) and refuses a last
@@ -344,14 +367,7 @@ func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f'
 }
 
-// invalid builds an error that repeats at most maxEcho bytes of the input.
+// invalid builds an error that repeats at most echo.Max bytes of the input.
 func invalid(in, reason string) error {
-	return fmt.Errorf("%w %q: %s", ErrInvalid, clip(in), reason)
-}
-
-func clip(s string) string {
-	if len(s) > maxEcho {
-		return s[:maxEcho] + "..."
-	}
-	return s
+	return fmt.Errorf("%w %q: %s", ErrInvalid, echo.Clip(in), reason)
 }

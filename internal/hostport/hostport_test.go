@@ -2,6 +2,7 @@ package hostport
 
 import (
 	"errors"
+	"github.com/botbox/botbox/internal/echo"
 	"net/netip"
 	"strings"
 	"testing"
@@ -252,6 +253,47 @@ func TestErrorDoesNotEchoLongInput(t *testing.T) {
 	}
 }
 
+// TestParseHostDoesNotAllocate: the common case (an already canonical name)
+// skips the IDNA mapping (plainLDH); the proxy parses a Host per request and
+// mitm an SNI per handshake.
+func TestParseHostDoesNotAllocate(t *testing.T) {
+	for _, in := range []string{"api.openai.com", "a-1.b2.example"} {
+		if n := testing.AllocsPerRun(100, func() {
+			if _, err := ParseHost(in); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("ParseHost(%q) allocates %v times, want 0", in, n)
+		}
+	}
+}
+
+// FuzzPlainLDH: for every string plainLDH lets skip the IDNA mapping, the
+// mapping is the identity (or refuses it, and then so does checkName), so
+// the shortcut never changes a result.
+func FuzzPlainLDH(f *testing.F) {
+	for _, s := range []string{"api.openai.com", "a..b", "-a.b", "r3---sn-abc.example", "xn--bcher-kva.example", "axn--b", "a.xn--", "1.2.3.4", "."} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !plainLDH(s) {
+			return
+		}
+		got, err := lookup.ToASCII(s)
+		if err != nil {
+			if checkName(strings.TrimSuffix(s, ".")) == "" {
+				if _, perr := netip.ParseAddr(strings.TrimSuffix(s, ".")); perr != nil {
+					t.Fatalf("IDNA refuses %q (%v) but the shortcut would accept it", s, err)
+				}
+			}
+			return
+		}
+		if got != s {
+			t.Fatalf("IDNA maps %q to %q; the shortcut would keep it", s, got)
+		}
+	})
+}
+
 func FuzzParse(f *testing.F) {
 	for _, tt := range parseCases {
 		f.Add(tt.in)
@@ -296,11 +338,13 @@ func checkErr(t *testing.T, in string, err error) {
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Parse(%q) error %v does not wrap ErrInvalid", in, err)
 	}
-	if len(in) > maxEcho && strings.Contains(err.Error(), in) {
+	// Longer than the clip plus its ellipsis: a 65-byte input ending in "."
+	// reappears legitimately as its first 64 bytes followed by "...".
+	if len(in) > echo.Max+len(echo.Ellipsis) && strings.Contains(err.Error(), in) {
 		t.Fatalf("Parse(%q) error echoes the whole long input: %q", in, err)
 	}
 	// %q may expand each byte to at most 4 (\xNN) or 10 (\UNNNNNNNN) bytes.
-	if len(err.Error()) > 200+10*maxEcho {
+	if len(err.Error()) > 200+10*echo.Max {
 		t.Fatalf("Parse(%q) error too long: %d bytes", in, len(err.Error()))
 	}
 }

@@ -20,13 +20,15 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
 const (
 	// DefaultCACommonName is the subject CN NewCA uses when given "".
 	DefaultCACommonName = "botbox-pod-ca"
-	// CACertFile and CAKeyFile are the file names WriteCA creates.
+	// CACertFile and CAKeyFile are the file names `botbox ca new --out DIR`
+	// writes in DIR.
 	CACertFile = "ca.crt"
 	CAKeyFile  = "ca.key"
 
@@ -89,16 +91,33 @@ func LoadCA(certPath, keyPath string, logger *slog.Logger) (*CA, error) {
 
 	cert, err := parseCertPEM(certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("failed to decode CA cert PEM: %w", err)
+		return nil, fmt.Errorf("failed to decode CA cert PEM from '%s': %w%s", certPath, err, swapHint(certPEM, "PRIVATE KEY", "a private key"))
 	}
 	signer, err := parseKeyPEM(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("failed to parse CA key PEM: %w", err)
+		return nil, fmt.Errorf("failed to parse CA key PEM from '%s': %w%s", keyPath, err, swapHint(keyPEM, "CERTIFICATE", "a certificate"))
 	}
 	if err := checkCA(cert, signer, time.Now()); err != nil {
 		return nil, fmt.Errorf("invalid CA certificate '%s' with key '%s': %w", certPath, keyPath, err)
 	}
 	return &CA{cert: cert, signer: signer}, nil
+}
+
+// swapHint returns a hint when data holds a PEM block whose type ends in
+// wantSuffix although it was given as the other file of the pair (the
+// certificate and key paths swapped), else "". It reads block types only.
+func swapHint(data []byte, wantSuffix, what string) string {
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return ""
+		}
+		clear(block.Bytes)
+		if strings.HasSuffix(block.Type, wantSuffix) {
+			return " (the file holds " + what + ": are ca_cert_path and ca_key_path swapped?)"
+		}
+	}
 }
 
 // readPEMFile reads a (small) file and returns its mode, taken from the open
@@ -296,40 +315,83 @@ func NewCA(commonName string, validity time.Duration, now time.Time) (certPEM, k
 	return certPEM, keyPEM, nil
 }
 
-// WriteCA writes certPEM to dir/ca.crt (mode 0444) and keyPEM to dir/ca.key
-// (mode 0400), creating dir (0755) if needed. It refuses to overwrite either
-// file: replacing a CA silently would break every client that trusts the old
-// one, and an O_EXCL create also never follows a planted symlink.
-func WriteCA(dir string, certPEM, keyPEM []byte) error {
+// WriteCA writes certPEM to certPath (mode 0444) and keyPEM to keyPath
+// (mode 0400), creating missing parent directories (0755). It is what
+// `botbox ca new` uses.
+//
+// It refuses to overwrite: if either file exists (even as a dangling
+// symlink) it writes nothing and returns an *ExistError, which wraps
+// fs.ErrExist. Replacing a CA silently would break every client that trusts
+// the old one, and an O_EXCL create never follows a planted symlink. Each
+// file is fsynced, with its directory, before WriteCA returns. The key is
+// written first; if anything fails, the files written so far are removed,
+// so a failed call leaves neither a certificate without its key nor a
+// partial file.
+func WriteCA(certPath, keyPath string, certPEM, keyPEM []byte) error {
+	return writeCA(certPath, keyPath, certPEM, keyPEM, os.OpenFile)
+}
+
+// ExistError is WriteCA's refusal to overwrite. Existing lists the paths
+// that exist (one or both).
+type ExistError struct {
+	Existing []string
+}
+
+func (e *ExistError) Error() string {
+	return fmt.Sprintf("writing CA: refusing to overwrite existing %s", strings.Join(e.Existing, " and "))
+}
+
+// Unwrap makes errors.Is(err, fs.ErrExist) true.
+func (e *ExistError) Unwrap() error { return fs.ErrExist }
+
+// openFunc is os.OpenFile; tests inject failures through it.
+type openFunc func(name string, flag int, perm fs.FileMode) (*os.File, error)
+
+func writeCA(certPath, keyPath string, certPEM, keyPEM []byte, open openFunc) error {
 	if len(certPEM) == 0 || len(keyPEM) == 0 {
 		return errors.New("writing CA: empty certificate or key")
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating CA directory: %w", err)
+	if filepath.Clean(certPath) == filepath.Clean(keyPath) {
+		return fmt.Errorf("writing CA: certificate and key paths are the same (%s)", certPath)
 	}
-	certPath := filepath.Join(dir, CACertFile)
-	keyPath := filepath.Join(dir, CAKeyFile)
+	var existing []string
 	for _, p := range []string{certPath, keyPath} {
 		if _, err := os.Lstat(p); err == nil {
-			return fmt.Errorf("writing CA: refusing to overwrite existing %s", p)
+			existing = append(existing, p)
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("writing CA: %w", err)
 		}
 	}
-	if err := writeExclusive(keyPath, keyPEM, 0o400); err != nil {
-		return fmt.Errorf("writing CA key: %w", err)
+	if len(existing) > 0 {
+		return &ExistError{Existing: existing}
 	}
-	if err := writeExclusive(certPath, certPEM, 0o444); err != nil {
+	for _, p := range []string{certPath, keyPath} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("writing CA: creating directory: %w", err)
+		}
+	}
+	if err := writeExclusive(keyPath, keyPEM, 0o400, open); err != nil {
+		return fmt.Errorf("writing CA key %s: %w", keyPath, err)
+	}
+	if err := writeExclusive(certPath, certPEM, 0o444, open); err != nil {
 		_ = os.Remove(keyPath)
-		return fmt.Errorf("writing CA certificate: %w", err)
+		return fmt.Errorf("writing CA certificate %s: %w", certPath, err)
+	}
+	for _, dir := range []string{filepath.Dir(keyPath), filepath.Dir(certPath)} {
+		if err := syncDir(dir); err != nil {
+			_ = os.Remove(certPath)
+			_ = os.Remove(keyPath)
+			return fmt.Errorf("writing CA: %w", err)
+		}
 	}
 	return nil
 }
 
-// writeExclusive creates path (failing if it exists), writes data, and sets
-// mode explicitly so that the umask cannot change it.
-func writeExclusive(path string, data []byte, mode fs.FileMode) (err error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+// writeExclusive creates path (failing if it exists), writes data, sets
+// mode explicitly so that the umask cannot change it, and fsyncs. On error
+// the file is removed.
+func writeExclusive(path string, data []byte, mode fs.FileMode, open openFunc) (err error) {
+	f, err := open(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}
@@ -348,6 +410,16 @@ func writeExclusive(path string, data []byte, mode fs.FileMode) (err error) {
 		return err
 	}
 	return f.Sync()
+}
+
+// syncDir fsyncs a directory so that the new entries in it survive a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // randomSerial returns a random serial in [1, 2^128): 128 random bits (the

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,12 +86,13 @@ func TestLoadCAErrors(t *testing.T) {
 	}{
 		{"missing cert file", nil, goodKey, []string{"failed to read CA cert from '", "ca.crt': ", "no such file"}},
 		{"missing key file", goodCert, nil, []string{"failed to read CA key from '", "ca.key': ", "no such file"}},
-		{"garbage cert", []byte("hello"), goodKey, []string{"failed to decode CA cert PEM: no CERTIFICATE block"}},
-		{"key in cert file", goodKey, goodKey, []string{"failed to decode CA cert PEM: no CERTIFICATE block"}},
-		{"cert block not DER", garbageBlock("CERTIFICATE"), goodKey, []string{"failed to decode CA cert PEM: parsing certificate"}},
-		{"garbage key", goodCert, []byte("hello"), []string{"failed to parse CA key PEM: no PRIVATE KEY"}},
-		{"cert in key file", goodCert, goodCert, []string{"failed to parse CA key PEM: no PRIVATE KEY"}},
-		{"key block not DER", goodCert, garbageBlock("PRIVATE KEY"), []string{"failed to parse CA key PEM: parsing PRIVATE KEY block"}},
+		{"garbage cert", []byte("hello"), goodKey, []string{"failed to decode CA cert PEM from '", "ca.crt': no CERTIFICATE block found"}},
+		{"key in cert file", goodKey, goodKey, []string{"failed to decode CA cert PEM from '", "ca.crt': no CERTIFICATE block found (the file holds a private key: are ca_cert_path and ca_key_path swapped?)"}},
+		{"cert block not DER", garbageBlock("CERTIFICATE"), goodKey, []string{"failed to decode CA cert PEM from '", "ca.crt': parsing certificate"}},
+		{"garbage key", goodCert, []byte("hello"), []string{"failed to parse CA key PEM from '", "ca.key': no PRIVATE KEY"}},
+		{"cert in key file", goodCert, goodCert, []string{"failed to parse CA key PEM from '", "ca.key': no PRIVATE KEY", "(the file holds a certificate: are ca_cert_path and ca_key_path swapped?)"}},
+		{"swapped files", goodKey, goodCert, []string{"(the file holds a private key: are ca_cert_path and ca_key_path swapped?)"}},
+		{"key block not DER", goodCert, garbageBlock("PRIVATE KEY"), []string{"failed to parse CA key PEM from '", "ca.key': parsing PRIVATE KEY block"}},
 		{"encrypted pkcs8", goodCert, garbageBlock("ENCRYPTED PRIVATE KEY"), []string{"encrypted private keys are not supported"}},
 		{"encrypted legacy pem", goodCert, encrypted, []string{"encrypted private keys are not supported"}},
 		{"rsa too small", selfSign(t, caTemplate(now), rsaSmall), keyPEM(t, rsaSmall, "pkcs1"), []string{"RSA key has 1024 bits"}},
@@ -322,7 +324,7 @@ func TestWriteCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "sub", "ca")
-	if err := WriteCA(dir, certPEM, kp); err != nil {
+	if err := WriteCA(filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile), certPEM, kp); err != nil {
 		t.Fatalf("WriteCA: %v", err)
 	}
 	for _, f := range []struct {
@@ -357,8 +359,10 @@ func TestWriteCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteCA(dir, other, otherKey); err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
-		t.Fatalf("second WriteCA error = %v, want refusal", err)
+	err = WriteCA(filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile), other, otherKey)
+	var ee *ExistError
+	if !errors.As(err, &ee) || !errors.Is(err, fs.ErrExist) || len(ee.Existing) != 2 || !strings.Contains(err.Error(), "refusing to overwrite") {
+		t.Fatalf("second WriteCA error = %v, want an *ExistError naming both files", err)
 	}
 	if got, _ := os.ReadFile(filepath.Join(dir, CAKeyFile)); !bytes.Equal(got, kp) {
 		t.Error("second WriteCA changed the key")
@@ -378,8 +382,10 @@ func TestWriteCARefusesPartialExisting(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, tt.existing), []byte("old"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if err := WriteCA(dir, []byte("cert"), []byte("key")); err == nil {
-				t.Fatal("WriteCA succeeded over an existing file")
+			err := WriteCA(filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile), []byte("cert"), []byte("key"))
+			var ee *ExistError
+			if !errors.As(err, &ee) || len(ee.Existing) != 1 || ee.Existing[0] != filepath.Join(dir, tt.existing) {
+				t.Fatalf("WriteCA over an existing %s: %v, want an *ExistError naming it", tt.existing, err)
 			}
 			if _, err := os.Lstat(filepath.Join(dir, tt.untouched)); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("WriteCA created %s after refusing: %v", tt.untouched, err)
@@ -395,7 +401,7 @@ func TestWriteCARefusesDanglingSymlink(t *testing.T) {
 	if err := os.Symlink(target, filepath.Join(dir, CAKeyFile)); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteCA(dir, []byte("cert"), []byte("key")); err == nil {
+	if err := WriteCA(filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile), []byte("cert"), []byte("key")); err == nil {
 		t.Fatal("WriteCA wrote through a symlink")
 	}
 	if _, err := os.Lstat(target); !errors.Is(err, fs.ErrNotExist) {
@@ -405,7 +411,58 @@ func TestWriteCARefusesDanglingSymlink(t *testing.T) {
 
 func TestWriteCARejectsEmpty(t *testing.T) {
 	t.Parallel()
-	if err := WriteCA(t.TempDir(), nil, []byte("k")); err == nil {
+	dir := t.TempDir()
+	if err := WriteCA(filepath.Join(dir, "c"), filepath.Join(dir, "k"), nil, []byte("k")); err == nil {
 		t.Error("WriteCA accepted an empty certificate")
 	}
+	if err := WriteCA(filepath.Join(dir, "same"), filepath.Join(dir, ".", "same"), []byte("c"), []byte("k")); err == nil {
+		t.Error("WriteCA accepted one path for certificate and key")
+	}
+}
+
+// TestWriteCARemovesPartialFiles: when the certificate cannot be written
+// after the key was, the key is removed: no key without its certificate.
+func TestWriteCARemovesPartialFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	certPath, keyPath := filepath.Join(dir, "a", CACertFile), filepath.Join(dir, "b", CAKeyFile)
+	failCert := func(name string, flag int, perm fs.FileMode) (*os.File, error) {
+		if name == certPath {
+			return nil, errors.New("injected failure")
+		}
+		return os.OpenFile(name, flag, perm)
+	}
+	err := writeCA(certPath, keyPath, []byte("cert"), []byte("key"), failCert)
+	if err == nil || !strings.Contains(err.Error(), "injected failure") || !strings.Contains(err.Error(), certPath) {
+		t.Fatalf("writeCA error = %v, want the injected failure naming the certificate path", err)
+	}
+	for _, p := range []string{certPath, keyPath} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left behind after a failed write: %v", p, err)
+		}
+	}
+}
+
+// FuzzParsePEM: the CA file parsers and the swapped-files hint never panic
+// on operator input, and parse errors never repeat the file's bytes.
+func FuzzParsePEM(f *testing.F) {
+	certPEM, keyPEM, err := NewCA("", time.Hour, time.Now())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(certPEM)
+	f.Add(keyPEM)
+	f.Add(append(append([]byte{}, certPEM...), keyPEM...))
+	f.Add([]byte("-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, err := range []error{
+			func() error { _, err := parseCertPEM(data); return err }(),
+			func() error { _, err := parseKeyPEM(slices.Clone(data)); return err }(),
+		} {
+			if err != nil && len(data) >= 16 && strings.Contains(err.Error(), string(data)) {
+				t.Fatalf("error repeats the input: %v", err)
+			}
+		}
+		_ = swapHint(data, "PRIVATE KEY", "a private key")
+	})
 }

@@ -8,8 +8,9 @@
 // It deliberately does not accept connections, speak HTTP, decide policy or
 // export metrics: the listener and the HTTP checks live in package proxy,
 // the allow decision is injected as an [Authorizer], and counters are reported
-// through the consumer-side [Observer] interface so that this package imports
-// nothing else from BotBox.
+// through the consumer-side [Observer] interface. It imports only two leaves
+// of BotBox: hostport (server names follow the one host grammar, see
+// [ValidateSNI]) and echo (how much of a bad name an error repeats).
 //
 // Typical use:
 //
@@ -25,7 +26,7 @@
 //		Observer:          metricsAdapter,
 //		Logger:            logger,
 //	})
-//	ln := tls.NewListener(tcpListener, ic.TLSConfig())
+//	tlsConf := ic.TLSConfig() // package server gives it to the interception listener
 //
 // See README.md in this directory for the design.
 package mitm

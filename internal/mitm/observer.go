@@ -1,7 +1,9 @@
 package mitm
 
 // Label values reported through [Observer]. They are the closed sets of
-// reference §6.2; no value ever carries a host name.
+// reference §6.2; no value ever carries a host name. These constants are the
+// only definition of these values (telemetry, which mitm may not import,
+// documents them by these names).
 const (
 	// CertResultIssued: a new leaf certificate was signed
 	// (botbox_https_interception_cert_issued_total{result="issued"}).
@@ -19,7 +21,7 @@ const (
 )
 
 // Observer receives the interception counters. It is declared here, by its
-// consumer, so that mitm does not import telemetry; cmd/botbox adapts
+// consumer, so that mitm does not import telemetry; package server adapts
 // telemetry.Metrics to it. Implementations must be safe for concurrent use
 // and cheap: they are called inside TLS handshakes.
 type Observer interface {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/botbox/botbox/internal/hostport"
 )
 
 var sniTests = []struct {
@@ -47,17 +49,20 @@ var sniTests = []struct {
 	// Refused beyond the reference.
 	{name: "ipv4 literal", in: "1.2.3.4", wantErr: "IP address literal"},
 	{name: "ipv4 literal trailing dot", in: "1.2.3.4.", wantErr: "IP address literal"},
-	{name: "short ipv4", in: "127.1", wantErr: "IP address literal"},
-	{name: "integer ipv4", in: "2130706433", wantErr: "IP address literal"},
-	{name: "hex ipv4", in: "0x7f000001", wantErr: "IP address literal"},
-	{name: "hex last label", in: "example.0x1F", wantErr: "IP address literal"},
-	{name: "bare 0x", in: "a.0x", wantErr: "IP address literal"},
+	{name: "short ipv4", in: "127.1", wantErr: "numeric name"},
+	{name: "integer ipv4", in: "2130706433", wantErr: "numeric name"},
+	{name: "hex ipv4", in: "0x7f000001", wantErr: "numeric name"},
+	{name: "hex last label", in: "example.0x1F", wantErr: "numeric name"},
+	{name: "bare 0x", in: "a.0x", wantErr: "numeric name"},
 	{name: "empty label", in: "a..b", wantErr: "empty label"},
 	{name: "leading dot", in: ".example.com", wantErr: "empty label"},
 	{name: "two trailing dots", in: "example.com..", wantErr: "empty label"},
 	{name: "label of 64", in: strings.Repeat("a", 64) + ".example", wantErr: "longer than 63"},
 	{name: "leading hyphen", in: "-a.example", wantErr: "starts or ends with '-'"},
 	{name: "trailing hyphen", in: "a-.example", wantErr: "starts or ends with '-'"},
+	// One grammar with hostport: invalid punycode is refused here too.
+	{name: "invalid punycode", in: "xn--a.example", wantErr: "not a valid host name"},
+	{name: "uppercase punycode lowered", in: "XN--BCHER-KVA.example", want: "xn--bcher-kva.example"},
 }
 
 // name253 is a valid 253-byte name: 3×63 + 61 with dots.
@@ -112,6 +117,34 @@ func TestValidateSNIDoesNotAllocateForCanonicalInput(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("ValidateSNI allocates %v times per call, want 0", allocs)
 	}
+}
+
+// FuzzValidateSNIMatchesHostport: ValidateSNI accepts exactly the ASCII
+// names that hostport.Parse (the Host header parser the proxy compares the
+// SNI with) reads as a host without port that is not an IP literal, and
+// returns the same canonical host.
+func FuzzValidateSNIMatchesHostport(f *testing.F) {
+	for _, tt := range sniTests {
+		f.Add(tt.in)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		s := strings.TrimSpace(in)
+		got, err := ValidateSNI(in)
+		ascii := true
+		for i := 0; i < len(s); i++ {
+			if s[i] >= 0x80 {
+				ascii = false
+			}
+		}
+		hp, herr := hostport.Parse(s)
+		want := ascii && herr == nil && !hp.HasPort && !hp.IsIP() && !strings.ContainsAny(s, "[]")
+		if want != (err == nil) {
+			t.Fatalf("ValidateSNI(%q) = %q, %v; hostport.Parse = %+v, %v", in, got, err, hp, herr)
+		}
+		if err == nil && got != hp.Host {
+			t.Fatalf("ValidateSNI(%q) = %q, hostport.Parse host %q", in, got, hp.Host)
+		}
+	})
 }
 
 func FuzzValidateSNI(f *testing.F) {

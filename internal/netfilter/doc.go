@@ -1,7 +1,9 @@
 // Package netfilter is BotBox's init step: the iptables and ip6tables rules
 // that send a Pod's HTTP (and, with interception, HTTPS) to BotBox and drop
-// every other TCP and UDP packet the app sends, as the reference init script
-// does (reference §8), run as `botbox netfilter install|print|remove`.
+// every other packet the app sends, whatever its protocol (the reference
+// init script of reference §8 dropped only TCP and UDP), run by
+// `botbox netfilter install|print|remove` (cmd/botbox parses the command
+// line; this package has no CLI).
 //
 // The rules are built by a pure function from validated settings (ParseEnv →
 // Settings → Plan → Ruleset) and rendered as iptables-restore --noflush
@@ -15,15 +17,13 @@
 // chain name; speak nftables natively (iptables-nft is fine); or decide
 // which hosts are allowed (that is the proxy's job).
 //
-// Typical use (cmd/botbox):
+// Typical use (cmd/botbox/netfilter.go):
 //
-//	code := netfilter.RunCommand(ctx, args, os.Getenv, os.Stdout, os.Stderr)
-//
-// or, piecewise:
-//
-//	s, warnings, err := netfilter.ParseEnv(os.Getenv)
-//	...
+//	s, warnings, err := netfilter.ParseEnvLookup(os.LookupEnv)
+//	... // print warnings, then err (a *CheckError prints as is)
 //	err = netfilter.Install(ctx, s, netfilter.ExecRunner{}, os.Stdout, os.Stderr)
+//
+// Tests of callers substitute netfiltertest.Runner for ExecRunner.
 //
 // See README.md in this directory for the rules and why each exists.
 package netfilter

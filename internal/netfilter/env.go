@@ -9,8 +9,10 @@ import (
 )
 
 // Environment variables read by ParseEnv. The first nine are the reference
-// init script's (reference §8.1); the last two are BotBox hardening options,
-// off by default.
+// init script's (reference §8.1); BOTBOX_DNS_SERVERS and BOTBOX_DROP_ICMP are
+// BotBox hardening options, off by default; BOTBOX_METRICS_PORT names
+// BotBox's third listening port for the port-squat rules; BOTBOX_REJECT makes
+// the final deny answer the app (fail fast) instead of dropping silently.
 const (
 	EnvUID                   = "BOTBOX_UID"
 	EnvProxyPort             = "BOTBOX_PROXY_PORT"
@@ -23,6 +25,8 @@ const (
 	EnvWaitSeconds           = "BOTBOX_IPTABLES_WAIT_SECONDS"
 	EnvDNSServers            = "BOTBOX_DNS_SERVERS"
 	EnvDropICMP              = "BOTBOX_DROP_ICMP"
+	EnvMetricsPort           = "BOTBOX_METRICS_PORT"
+	EnvReject                = "BOTBOX_REJECT"
 )
 
 // Limits enforced by ParseEnv.
@@ -72,10 +76,23 @@ type Settings struct {
 	// addresses, default empty: port 53 open to any destination, as in the
 	// reference). A family without a server gets no port-53 exemption at all.
 	DNSServers []netip.Addr
-	// DropICMP drops ICMP at the end of the filter chain; for IPv6 the
-	// neighbour-discovery and MLD-report types are kept
-	// (BOTBOX_DROP_ICMP, 0 or 1, default 0).
+	// DropICMP drops ICMP from the app; for IPv6 the neighbour-discovery
+	// types are kept (BOTBOX_DROP_ICMP, 0 or 1, default 0). Without it,
+	// ICMP is returned explicitly by the default-deny filter chain.
 	DropICMP bool
+	// MetricsPort is BotBox's metrics and health listener
+	// (BOTBOX_METRICS_PORT, default 9090, BotBox's metrics_port). With
+	// ProxyPort and HTTPSInterceptionPort it is one of the ports whose
+	// handshakes only BotBox's UID may answer (the port-squat rules).
+	MetricsPort uint16
+	// Reject puts REJECT rules before the filter chain's final DROP
+	// (BOTBOX_REJECT, 0 or 1, default 0): the app's blocked TCP gets a
+	// reset and everything else an ICMP port-unreachable, generated
+	// locally and delivered to the app, so clients fail at once with
+	// "connection refused" instead of waiting for their own timeout.
+	// Only how a denied packet ends changes (finalDeny), never what is
+	// allowed.
+	Reject bool
 }
 
 // DefaultSettings returns the reference defaults with IPv6 disabled.
@@ -85,6 +102,7 @@ func DefaultSettings() Settings {
 		ProxyPort:             8080,
 		RedirectFromPort:      80,
 		HTTPSInterceptionPort: 8443,
+		MetricsPort:           9090,
 		NATChain:              "EGRESS_REDIRECT",
 		FilterChain:           "EGRESS_FILTER",
 		WaitSeconds:           5,
@@ -116,18 +134,34 @@ func errNotBool(name, raw string) *CheckError {
 	return checkError(fmt.Sprintf("ERROR: %s must be 0 or 1 (got '%s').", name, shown(raw)))
 }
 
-func errIP6tablesMissing() *CheckError {
+// errIP6tablesMissing and errIP6NATMissing keep the reference's first line
+// but never suggest BOTBOX_ENABLE_IPV6=0 as the fix (the reference does):
+// that would switch IPv6 containment off. They name what failed, with the
+// program's own error, and the fix that keeps IPv6 contained.
+// TestInstallFailures holds the exact text.
+func errIP6tablesMissing(err error) *CheckError {
 	return checkError(
-		"ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables is not available.",
-		"  Install ip6tables or set BOTBOX_ENABLE_IPV6=0.",
+		"ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables is not available ("+err.Error()+").",
+		"  Install ip6tables (the iptables package provides ip6tables, ip6tables-save and ip6tables-restore).",
 	)
 }
 
-func errIP6NATMissing() *CheckError {
-	return checkError(
-		"ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables NAT table is not available.",
-		"  The kernel may not support ip6table_nat. Set BOTBOX_ENABLE_IPV6=0 or load the module.",
-	)
+func errIP6NATMissing(err error) *CheckError {
+	lines := []string{"ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables NAT table is not available (" + err.Error() + ")."}
+	if permissionDenied(err) {
+		return checkError(append(lines, permissionHint)...)
+	}
+	return checkError(append(lines,
+		"  The kernel may not support ip6table_nat: load the module on the node (modprobe ip6table_nat).")...)
+}
+
+// permissionHint is the fix for "Permission denied (you must be root)".
+const permissionHint = "  Run `botbox netfilter install` as root with CAP_NET_ADMIN in the Pod's network namespace (the init container's securityContext)."
+
+// permissionDenied reports whether a failed iptables call was refused for
+// lack of privilege: iptables says "Permission denied (you must be root)".
+func permissionDenied(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Permission denied")
 }
 
 func errConflict443(proxyPort, httpsPort string) *CheckError {
@@ -184,10 +218,11 @@ func lookupOf(getenv func(string) string) func(string) (string, bool) {
 	}
 }
 
-// parseEnvForRemove is ParseEnv for `remove`: BOTBOX_ENABLE_IPV6 is optional
-// (remove always cleans IPv6 when ip6tables exists), there are no warnings and
-// no conflict check, but every value that is set is still validated.
-func parseEnvForRemove(lookup func(string) (string, bool)) (Settings, error) {
+// ParseEnvForRemove is ParseEnvLookup for `remove`: BOTBOX_ENABLE_IPV6 is
+// optional (Remove always cleans IPv6 when ip6tables exists), there are no
+// warnings and no conflict check, but every value that is set is still
+// validated.
+func ParseEnvForRemove(lookup func(string) (string, bool)) (Settings, error) {
 	s, _, err := parseEnv(lookup, false)
 	return s, err
 }
@@ -228,6 +263,14 @@ func parseEnv(lookup func(string) (string, bool), install bool) (Settings, []str
 	if len(errs) == 0 && s.HTTPSInterception && s.HTTPSInterceptionPort == s.ProxyPort {
 		errs = append(errs, checkError(fmt.Sprintf(
 			"ERROR: BOTBOX_HTTPS_INTERCEPTION_PORT and BOTBOX_PROXY_PORT must differ (both %d).", s.ProxyPort)))
+	}
+	if len(errs) == 0 && s.MetricsPort == s.ProxyPort {
+		errs = append(errs, checkError(fmt.Sprintf(
+			"ERROR: BOTBOX_METRICS_PORT and BOTBOX_PROXY_PORT must differ (both %d).", s.ProxyPort)))
+	}
+	if len(errs) == 0 && s.HTTPSInterception && s.MetricsPort == s.HTTPSInterceptionPort {
+		errs = append(errs, checkError(fmt.Sprintf(
+			"ERROR: BOTBOX_METRICS_PORT and BOTBOX_HTTPS_INTERCEPTION_PORT must differ (both %d).", s.MetricsPort)))
 	}
 	if len(errs) > 0 {
 		return Settings{}, warnings, errors.Join(errs...)
@@ -283,6 +326,8 @@ func envTable() []envVar {
 			return nil
 		}},
 		{EnvDropICMP, boolField(EnvDropICMP, func(s *Settings) *bool { return &s.DropICMP })},
+		{EnvMetricsPort, portField(EnvMetricsPort, func(s *Settings) *uint16 { return &s.MetricsPort })},
+		{EnvReject, boolField(EnvReject, func(s *Settings) *bool { return &s.Reject })},
 	}
 }
 

@@ -121,6 +121,26 @@ var envErrorCases = []struct {
 		wantErr: "ERROR: BOTBOX_HTTPS_INTERCEPTION_PORT and BOTBOX_PROXY_PORT must differ (both 8080).",
 	},
 	{
+		name:    "metrics port zero",
+		env:     map[string]string{EnvIPv6: "1", EnvMetricsPort: "0"},
+		wantErr: "ERROR: BOTBOX_METRICS_PORT must be a port number from 1 to 65535 (got '0').",
+	},
+	{
+		name:    "metrics port with rule text",
+		env:     map[string]string{EnvIPv6: "1", EnvMetricsPort: "9090 -j ACCEPT"},
+		wantErr: "ERROR: BOTBOX_METRICS_PORT must be a port number from 1 to 65535 (got '9090 -j ACCEPT').",
+	},
+	{
+		name:    "metrics port equals proxy port",
+		env:     map[string]string{EnvIPv6: "1", EnvMetricsPort: "8080"},
+		wantErr: "ERROR: BOTBOX_METRICS_PORT and BOTBOX_PROXY_PORT must differ (both 8080).",
+	},
+	{
+		name:    "metrics port equals interception port",
+		env:     map[string]string{EnvIPv6: "1", EnvHTTPSInterception: "1", EnvMetricsPort: "8443"},
+		wantErr: "ERROR: BOTBOX_METRICS_PORT and BOTBOX_HTTPS_INTERCEPTION_PORT must differ (both 8443).",
+	},
+	{
 		name:    "nat chain builtin",
 		env:     map[string]string{EnvIPv6: "1", EnvNATChain: "OUTPUT"},
 		wantErr: "ERROR: BOTBOX_NAT_CHAIN is not a valid chain name (got 'OUTPUT'): a built-in chain or target name.",
@@ -191,13 +211,19 @@ var envErrorCases = []struct {
 		wantErr: "ERROR: BOTBOX_DROP_ICMP must be 0 or 1 (got 'true').",
 	},
 	{
+		name:    "reject yes",
+		env:     map[string]string{EnvIPv6: "1", EnvReject: "yes"},
+		wantErr: "ERROR: BOTBOX_REJECT must be 0 or 1 (got 'yes').",
+	},
+	{
 		name: "every bad value is reported, in table order",
 		env: map[string]string{EnvIPv6: "0", EnvUID: "x", EnvProxyPort: "y", EnvNATChain: "DROP",
-			EnvDropICMP: "2"},
+			EnvDropICMP: "2", EnvReject: "on"},
 		wantErr: "ERROR: BOTBOX_UID must be an integer from 0 to 4294967294 (got 'x').\n" +
 			"ERROR: BOTBOX_PROXY_PORT must be a port number from 1 to 65535 (got 'y').\n" +
 			"ERROR: BOTBOX_NAT_CHAIN is not a valid chain name (got 'DROP'): a built-in chain or target name.\n" +
-			"ERROR: BOTBOX_DROP_ICMP must be 0 or 1 (got '2').",
+			"ERROR: BOTBOX_DROP_ICMP must be 0 or 1 (got '2').\n" +
+			"ERROR: BOTBOX_REJECT must be 0 or 1 (got 'on').",
 		wantWarn: ipv6Warn,
 	},
 	{
@@ -238,6 +264,8 @@ func TestParseEnv(t *testing.T) {
 		WaitSeconds: 10,
 		DNSServers:  []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:10::a")},
 		DropICMP:    true,
+		MetricsPort: 19090,
+		Reject:      true,
 	}
 	tests := []struct {
 		name     string
@@ -259,7 +287,7 @@ func TestParseEnv(t *testing.T) {
 		{
 			name: "empty values take defaults",
 			env: map[string]string{EnvIPv6: "1", EnvUID: "", EnvProxyPort: "", EnvNATChain: "",
-				EnvDNSServers: "", EnvDropICMP: ""},
+				EnvDNSServers: "", EnvDropICMP: "", EnvReject: ""},
 			want: func() Settings { s := DefaultSettings(); s.IPv6 = true; return s }(),
 		},
 		{
@@ -270,6 +298,7 @@ func TestParseEnv(t *testing.T) {
 				env[EnvHTTPSInterception] = "1"
 				env[EnvDNSServers] = " 10.96.0.10 ,fd00:10::a,10.96.0.10"
 				env[EnvDropICMP] = "1"
+				env[EnvReject] = "1"
 				return env
 			}(),
 			want: custom,
@@ -334,12 +363,14 @@ func TestParseEnvForRemove(t *testing.T) {
 			func() Settings { s := DefaultSettings(); s.NATChain, s.FilterChain = "A", "B"; return s }(), ""},
 		{"ipv6 still validated", map[string]string{EnvIPv6: "2"}, Settings{},
 			"ERROR: BOTBOX_ENABLE_IPV6 must be 0 or 1 (got '2')."},
+		{"reject still validated", map[string]string{EnvReject: "true"}, Settings{},
+			"ERROR: BOTBOX_REJECT must be 0 or 1 (got 'true')."},
 		{"chain still validated", map[string]string{EnvNATChain: "a b"}, Settings{},
 			"ERROR: BOTBOX_NAT_CHAIN is not a valid chain name (got 'a b'): only letters, digits, '_' and '-' are allowed."},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseEnvForRemove(lookupOf(getenvFrom(tt.env)))
+			got, err := ParseEnvForRemove(lookupOf(getenvFrom(tt.env)))
 			gotErr := ""
 			if err != nil {
 				gotErr = err.Error()

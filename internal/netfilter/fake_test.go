@@ -14,11 +14,13 @@ import (
 // the ip6tables nat probe and -L listings. Rule specs are compared as text,
 // which is enough because Install deletes specs copied from the dump.
 type fakeKernel struct {
-	families map[Family]map[string]*fakeTable
-	missing  map[string]bool  // programs LookPath does not find
-	fail     map[string]error // command line prefix → error
-	noop     bool             // restore succeeds without changing anything
-	calls    []string         // "cmd args" (+ " <<payload" when stdin)
+	families  map[Family]map[string]*fakeTable
+	missing   map[string]bool  // programs LookPath does not find
+	fail      map[string]error // command line prefix → error
+	noop      bool             // restore succeeds without changing anything
+	calls     []string         // "cmd args" (+ " <<payload" when stdin)
+	sysctls   map[string]string
+	sysctlErr error // WriteSysctl fails with it
 }
 
 type fakeTable struct {
@@ -102,6 +104,18 @@ func (k *fakeKernel) Run(ctx context.Context, stdin []byte, name string, args ..
 		return []byte("Chain OUTPUT (policy ACCEPT)\n"), nil
 	}
 	return nil, fmt.Errorf("fake: unexpected command %q", line)
+}
+
+func (k *fakeKernel) WriteSysctl(_ context.Context, key, value string) error {
+	k.calls = append(k.calls, "sysctl "+key+"="+value)
+	if k.sysctlErr != nil {
+		return k.sysctlErr
+	}
+	if k.sysctls == nil {
+		k.sysctls = map[string]string{}
+	}
+	k.sysctls[key] = value
+	return nil
 }
 
 func (k *fakeKernel) dump(f Family, table string) string {

@@ -2,6 +2,7 @@ package netfilter
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -9,7 +10,8 @@ import (
 // fuzzEnvVars is the order of FuzzParseEnv's string arguments.
 func fuzzEnvVars() []string {
 	return []string{EnvIPv6, EnvUID, EnvProxyPort, EnvRedirectFromPort, EnvHTTPSInterception,
-		EnvHTTPSInterceptionPort, EnvNATChain, EnvFilterChain, EnvWaitSeconds, EnvDNSServers, EnvDropICMP}
+		EnvHTTPSInterceptionPort, EnvNATChain, EnvFilterChain, EnvWaitSeconds, EnvDNSServers, EnvDropICMP,
+		EnvMetricsPort, EnvReject}
 }
 
 // checkPayload asserts that a rendered payload has exactly the lines the
@@ -67,7 +69,7 @@ func FuzzParseEnv(f *testing.F) {
 	add := func(env map[string]string) {
 		f.Add(env[EnvIPv6], env[EnvUID], env[EnvProxyPort], env[EnvRedirectFromPort], env[EnvHTTPSInterception],
 			env[EnvHTTPSInterceptionPort], env[EnvNATChain], env[EnvFilterChain], env[EnvWaitSeconds],
-			env[EnvDNSServers], env[EnvDropICMP])
+			env[EnvDNSServers], env[EnvDropICMP], env[EnvMetricsPort], env[EnvReject])
 	}
 	for _, tc := range envErrorCases {
 		add(tc.env)
@@ -75,8 +77,8 @@ func FuzzParseEnv(f *testing.F) {
 	for _, tc := range envCombinations() {
 		add(tc.env)
 	}
-	f.Fuzz(func(t *testing.T, ipv6, uid, proxyPort, redirectFrom, https, httpsPort, nat, filter, wait, dns, icmp string) {
-		vals := []string{ipv6, uid, proxyPort, redirectFrom, https, httpsPort, nat, filter, wait, dns, icmp}
+	f.Fuzz(func(t *testing.T, ipv6, uid, proxyPort, redirectFrom, https, httpsPort, nat, filter, wait, dns, icmp, metricsPort, reject string) {
+		vals := []string{ipv6, uid, proxyPort, redirectFrom, https, httpsPort, nat, filter, wait, dns, icmp, metricsPort, reject}
 		env := map[string]string{}
 		for i, k := range fuzzEnvVars() {
 			env[k] = vals[i]
@@ -101,6 +103,15 @@ func FuzzParseEnv(f *testing.F) {
 		rs := Plan(s)
 		for _, fam := range rs.Families() {
 			checkPayload(t, rs, fam, Render(rs, fam, nil), nil)
+			filter := rs.Chains(fam)[len(rs.Chains(fam))-1].Rules
+			if last := filter[len(filter)-1]; last.String() != "-j DROP" {
+				t.Fatalf("%v filter chain ends with %q, not the default-deny DROP", fam, last)
+			}
+			for _, r := range filter {
+				if slices.Contains(r, "REJECT") && (!s.Reject || !slices.Contains(r, "LOCAL")) {
+					t.Fatalf("%v rule %q with BOTBOX_REJECT=%q: REJECT only with BOTBOX_REJECT=1, and only for local sources", fam, r, reject)
+				}
+			}
 		}
 		if s.IPv6 != (ipv6 == "1") {
 			t.Fatalf("IPv6 = %v for %q", s.IPv6, ipv6)

@@ -16,18 +16,27 @@ import (
 // leaves exactly one jump per chain, at OUTPUT position 1.
 //
 // In order it:
+//
 //   - checks the tools: iptables, iptables-restore, iptables-save; with IPv6,
 //     ip6tables, ip6tables-restore and ip6tables-save (reference §8.2 step 3
 //     message when missing) and that `ip6tables -w N -t nat -L -n` works
 //     (the NAT table message otherwise);
+//
 //   - prints "Installing BotBox iptables rules..." and the parameter lines;
+//
 //   - per family: reads iptables-save (one snapshot), renders with the
 //     existing jumps (Render), restores, reads back and verifies that each
 //     chain has its rules and exactly one jump, at position 1;
+//
 //   - lists the chains (`-L CHAIN -v -n`) like the reference script.
 //
+//   - with IPv6, sets net.ipv6.conf.all.force_mld_version and
+//     net.ipv6.conf.default.force_mld_version to 1 (MLDv1 reports, which the
+//     filter can match by group); a failure is a note on stderr, not an
+//     error (the rules drop every MLD report then).
+//
 // Failed checks are *CheckError values with the script's messages. stderr
-// is reserved for notes that are not errors (Install has none today).
+// is reserved for notes that are not errors.
 func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer) error {
 	rs := Plan(s)
 	wait := strconv.FormatUint(uint64(s.WaitSeconds), 10)
@@ -39,13 +48,13 @@ func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer
 	}
 	if s.IPv6 {
 		if err := lookTools(r, IPv6); err != nil {
-			return errIP6tablesMissing()
+			return errIP6tablesMissing(err)
 		}
 		if _, err := r.Run(ctx, nil, "ip6tables", "-w", wait, "-t", "nat", "-L", "-n"); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("checking the ip6tables nat table: %w", ctx.Err())
 			}
-			return errIP6NATMissing()
+			return errIP6NATMissing(err)
 		}
 	}
 
@@ -59,7 +68,30 @@ func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer
 		fmt.Fprintf(stdout, "  dns_servers=%s (port 53 allowed only to these resolvers)\n", joinAddrs(s.DNSServers))
 	}
 	if s.DropICMP {
-		fmt.Fprintln(stdout, "  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery and MLD kept)")
+		fmt.Fprintln(stdout, "  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery kept)")
+	}
+	if s.Reject {
+		fmt.Fprintln(stdout, "  reject=1 (blocked packets answered at once: TCP reset, ICMP port unreachable)")
+	}
+	fmt.Fprintf(stdout, "  botbox_ports=%s (handshakes from these ports answered only by UID %d)\n",
+		joinPorts(s.ProxyPort, s.HTTPSInterceptionPort, s.MetricsPort), s.UID)
+
+	if s.IPv6 {
+		// MLDv1 reports go to the group they announce, so the filter can
+		// keep solicited-node reports and drop the rest (mldRules). The
+		// sysctl is per network namespace. Where /proc/sys is read-only
+		// (an unprivileged container), every MLD report is dropped, which
+		// is the safe side: the note says what it costs.
+		for _, key := range []string{mldVersionAll, mldVersionDefault} {
+			if err := r.WriteSysctl(ctx, key, "1"); err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("setting %s: %w", key, ctx.Err())
+				}
+				fmt.Fprintf(stderr, "[NOTE] could not set %s=1 (%v): every MLD report is dropped; "+
+					"neighbour discovery still works unless the link has an MLD-snooping switch with an active querier.\n", key, err)
+				break
+			}
+		}
 	}
 
 	for _, f := range rs.Families() {
@@ -229,6 +261,25 @@ func describeRemoval(s Settings, cur Saved) string {
 		parts = append(parts, fmt.Sprintf("%s/%s (%d OUTPUT jump(s))", tc.table, tc.chain, n))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// The sysctls Install sets with IPv6 (see mldRules).
+const (
+	mldVersionAll     = "net.ipv6.conf.all.force_mld_version"
+	mldVersionDefault = "net.ipv6.conf.default.force_mld_version"
+)
+
+// joinPorts renders distinct ports as "8080,8443,9090", in order.
+func joinPorts(ports ...uint16) string {
+	var parts []string
+	seen := map[uint16]bool{}
+	for _, p := range ports {
+		if !seen[p] {
+			seen[p] = true
+			parts = append(parts, strconv.Itoa(int(p)))
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 func boolDigit(b bool) string {

@@ -64,6 +64,7 @@ func TestInstallFresh(t *testing.T) {
 	wantOut := `Installing BotBox iptables rules...
   proxy_uid=1337 proxy_port=8080 redirect_from_port=80 ipv6=0
   https_interception_port=8443 (HTTPS interception enabled)
+  botbox_ports=8080,8443,9090 (handshakes from these ports answered only by UID 1337)
 iptables rules installed:
 Chain EGRESS_REDIRECT (1 references)
     0     0 -o lo -j RETURN
@@ -71,13 +72,16 @@ Chain EGRESS_REDIRECT (1 references)
     0     0 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 8080
     0     0 -p tcp -m tcp --dport 443 -j REDIRECT --to-ports 8443
 Chain EGRESS_FILTER (1 references)
+    0     0 -p tcp -m tcp --sport 8080 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP
+    0     0 -p tcp -m tcp --sport 8443 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP
+    0     0 -p tcp -m tcp --sport 9090 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP
     0     0 -o lo -j RETURN
     0     0 -m owner --uid-owner 1337 -j RETURN
     0     0 -d 127.0.0.0/8 -j RETURN
     0     0 -p udp -m udp --dport 53 -j RETURN
     0     0 -p tcp -m tcp --dport 53 -j RETURN
-    0     0 -p tcp -j DROP
-    0     0 -p udp -j DROP
+    0     0 -p icmp -j RETURN
+    0     0 -j DROP
 `
 	if d := cmp.Diff(wantOut, stdout.String()); d != "" {
 		t.Errorf("stdout (-want +got):\n%s", d)
@@ -97,8 +101,45 @@ Chain EGRESS_FILTER (1 references)
 	}
 }
 
+// TestInstallMLDVersion: with IPv6, Install asks for MLDv1 reports (the
+// filter can match them by group); where the sysctl cannot be written it
+// notes that every report is dropped and still installs.
+func TestInstallMLDVersion(t *testing.T) {
+	want := map[string]string{"net.ipv6.conf.all.force_mld_version": "1", "net.ipv6.conf.default.force_mld_version": "1"}
+	k := newFakeKernel()
+	var stderr strings.Builder
+	if err := Install(context.Background(), mustParseEnv(t, map[string]string{EnvIPv6: "1"}), k, &strings.Builder{}, &stderr); err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	if d := cmp.Diff(want, k.sysctls); d != "" || stderr.Len() != 0 {
+		t.Errorf("sysctls (-want +got):\n%s\nstderr: %q", d, stderr.String())
+	}
+
+	k = newFakeKernel()
+	if err := Install(context.Background(), mustParseEnv(t, map[string]string{EnvIPv6: "0"}), k, &strings.Builder{}, &strings.Builder{}); err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	if len(k.sysctls) != 0 {
+		t.Errorf("IPv4 only: sysctls %v, want none", k.sysctls)
+	}
+
+	k = newFakeKernel()
+	k.sysctlErr = errors.New("open /proc/sys/net/ipv6/conf/all/force_mld_version: read-only file system")
+	stderr.Reset()
+	s := mustParseEnv(t, map[string]string{EnvIPv6: "1"})
+	if err := Install(context.Background(), s, k, &strings.Builder{}, &stderr); err != nil {
+		t.Fatalf("Install with a read-only /proc/sys: %v", err)
+	}
+	checkInstalled(t, k, s, nil)
+	wantNote := "[NOTE] could not set net.ipv6.conf.all.force_mld_version=1 (open /proc/sys/net/ipv6/conf/all/force_mld_version: read-only file system): " +
+		"every MLD report is dropped; neighbour discovery still works unless the link has an MLD-snooping switch with an active querier.\n"
+	if d := cmp.Diff(wantNote, stderr.String()); d != "" {
+		t.Errorf("stderr (-want +got):\n%s", d)
+	}
+}
+
 func TestInstallIPv6Messages(t *testing.T) {
-	s := mustParseEnv(t, map[string]string{EnvIPv6: "1", EnvDNSServers: "10.96.0.10", EnvDropICMP: "1"})
+	s := mustParseEnv(t, map[string]string{EnvIPv6: "1", EnvDNSServers: "10.96.0.10", EnvDropICMP: "1", EnvReject: "1"})
 	k := newFakeKernel()
 	var stdout strings.Builder
 	if err := Install(context.Background(), s, k, &stdout, &strings.Builder{}); err != nil {
@@ -108,7 +149,9 @@ func TestInstallIPv6Messages(t *testing.T) {
 	for _, want := range []string{
 		"  proxy_uid=1337 proxy_port=8080 redirect_from_port=80 ipv6=1\n" +
 			"  dns_servers=10.96.0.10 (port 53 allowed only to these resolvers)\n" +
-			"  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery and MLD kept)\n" +
+			"  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery kept)\n" +
+			"  reject=1 (blocked packets answered at once: TCP reset, ICMP port unreachable)\n" +
+			"  botbox_ports=8080,8443,9090 (handshakes from these ports answered only by UID 1337)\n" +
 			"iptables rules installed:\n",
 		"\nip6tables rules installed:\nChain EGRESS_REDIRECT",
 	} {
@@ -160,16 +203,16 @@ func TestInstallFailures(t *testing.T) {
 			name:  "ip6tables missing",
 			env:   map[string]string{EnvIPv6: "1"},
 			setup: func(k *fakeKernel) { k.missing["ip6tables"] = true },
-			wantErr: "ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables is not available.\n" +
-				"  Install ip6tables or set BOTBOX_ENABLE_IPV6=0.",
+			wantErr: "ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables is not available (looking up ip6tables: executable file not found in $PATH).\n" +
+				"  Install ip6tables (the iptables package provides ip6tables, ip6tables-save and ip6tables-restore).",
 			check: true,
 		},
 		{
 			name:  "ip6tables-restore missing",
 			env:   map[string]string{EnvIPv6: "1"},
 			setup: func(k *fakeKernel) { k.missing["ip6tables-restore"] = true },
-			wantErr: "ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables is not available.\n" +
-				"  Install ip6tables or set BOTBOX_ENABLE_IPV6=0.",
+			wantErr: "ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables is not available (looking up ip6tables-restore: executable file not found in $PATH).\n" +
+				"  Install ip6tables (the iptables package provides ip6tables, ip6tables-save and ip6tables-restore).",
 			check: true,
 		},
 		{
@@ -178,8 +221,19 @@ func TestInstallFailures(t *testing.T) {
 			setup: func(k *fakeKernel) {
 				k.fail["ip6tables -w 5 -t nat -L -n"] = errors.New("can't initialize ip6tables table `nat'")
 			},
-			wantErr: "ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables NAT table is not available.\n" +
-				"  The kernel may not support ip6table_nat. Set BOTBOX_ENABLE_IPV6=0 or load the module.",
+			wantErr: "ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables NAT table is not available (running ip6tables -w 5 -t nat -L -n: exit status 1: can't initialize ip6tables table `nat').\n" +
+				"  The kernel may not support ip6table_nat: load the module on the node (modprobe ip6table_nat).",
+			check: true,
+		},
+		{
+			// Issue 9 §7: the real error, and a fix that keeps IPv6 contained.
+			name: "ip6tables without root",
+			env:  map[string]string{EnvIPv6: "1"},
+			setup: func(k *fakeKernel) {
+				k.fail["ip6tables -w 5 -t nat -L -n"] = errors.New("ip6tables v1.8.9 (nf_tables): Could not fetch rule set generation id: Permission denied (you must be root)")
+			},
+			wantErr: "ERROR: BOTBOX_ENABLE_IPV6=1 but ip6tables NAT table is not available (running ip6tables -w 5 -t nat -L -n: exit status 1: ip6tables v1.8.9 (nf_tables): Could not fetch rule set generation id: Permission denied (you must be root)).\n" +
+				"  Run `botbox netfilter install` as root with CAP_NET_ADMIN in the Pod's network namespace (the init container's securityContext).",
 			check: true,
 		},
 		{
@@ -217,7 +271,7 @@ func TestInstallFailures(t *testing.T) {
 				k.seed(IPv4, TableNAT, "OUTPUT", "-j ACCEPT", "-p tcp -j EGRESS_REDIRECT")
 				k.seed(IPv4, TableNAT, "EGRESS_REDIRECT", "a", "b", "c")
 				k.seed(IPv4, TableFilter, "OUTPUT", "-j EGRESS_FILTER")
-				k.seed(IPv4, TableFilter, "EGRESS_FILTER", "a", "b", "c", "d", "e", "f", "g")
+				k.seed(IPv4, TableFilter, "EGRESS_FILTER", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
 			},
 			wantErr: "verifying IPv4 rules: nat OUTPUT has 1 jumps to EGRESS_REDIRECT, want exactly one at position 1",
 		},
@@ -237,6 +291,9 @@ func TestInstallFailures(t *testing.T) {
 			if _, ok := errors.AsType[*CheckError](err); ok != tt.check {
 				t.Errorf("error is *CheckError = %v, want %v", ok, tt.check)
 			}
+			if strings.Contains(err.Error(), EnvIPv6+"=0") {
+				t.Errorf("a failure advises switching IPv6 containment off: %q", err)
+			}
 			if tt.check && stdout.Len() != 0 {
 				t.Errorf("a failed check printed to stdout: %q", stdout.String())
 			}
@@ -254,7 +311,7 @@ func TestRemove(t *testing.T) {
 			t.Fatal(err)
 		}
 		k.seed(IPv6, TableFilter, "OUTPUT", "-j EGRESS_FILTER") // a duplicate
-		rs, err := parseEnvForRemove(lookupOf(getenvFrom(nil)))
+		rs, err := ParseEnvForRemove(lookupOf(getenvFrom(nil)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -88,14 +88,69 @@ func (rs Ruleset) Chains(f Family) []Chain {
 // neighbour discovery cannot be done without them, and the kernel sends them
 // itself (no socket owner, so the UID exemption does not cover them).
 //
-//	131/132 MLDv1 report/done, 133 router solicitation,
-//	135 neighbour solicitation, 136 neighbour advertisement,
-//	143 MLDv2 report (switches with MLD snooping need the MLD reports to
-//	deliver the solicited-node multicast that neighbour solicitations use).
-func ndpICMPv6Types() []string { return []string{"131", "132", "133", "135", "136", "143"} }
+//	133 router solicitation, 135 neighbour solicitation,
+//	136 neighbour advertisement.
+//
+// MLD is not among them: mldRules handles it in both modes.
+func ndpICMPv6Types() []string { return []string{"133", "135", "136"} }
 
-// Plan builds the ruleset for s: reference §8.3, plus the optional
-// hardening of BOTBOX_DNS_SERVERS and BOTBOX_DROP_ICMP. It is pure.
+// solicitedNodeGroups is the multicast range of the solicited-node groups
+// (RFC 4291 §2.7.1) that neighbour discovery joins: the only groups whose
+// MLD reports leave the Pod.
+const solicitedNodeGroups = "ff02::1:ff00:0/104"
+
+// mldRules keep MLDv1 reports (type 131) for solicited-node groups and
+// drop every other MLD message the Pod would send: queries (130), MLDv1
+// done (132, sent to ff02::2 with the group inside) and MLDv2 reports (143,
+// sent to ff02::16 with the groups inside, so a destination match cannot
+// tell them apart). An MLDv1 report goes to the group it announces, so its
+// destination is the group. Install sets net.ipv6.conf.all.force_mld_version
+// to 1 so that the kernel's reports are MLDv1 and the solicited-node ones
+// pass; where it cannot, every report is dropped, which only matters on a
+// link whose switch snoops MLD with an active querier (README.md).
+// TestPlanMLD and the e2e TestMulticastReportsDropped hold this.
+func mldRules() []Rule {
+	return []Rule{
+		{"-d", solicitedNodeGroups, "-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", "131", "-j", "RETURN"},
+		{"-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", "130", "-j", "DROP"},
+		{"-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", "131", "-j", "DROP"},
+		{"-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", "132", "-j", "DROP"},
+		{"-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", "143", "-j", "DROP"},
+	}
+}
+
+// squatRules drop TCP packets with the SYN flag from BotBox's listening
+// ports unless their socket belongs to BotBox's UID: a listener the app
+// binds on such a port (127.0.0.2:9090, [::1]:9090, or 127.0.0.1:9090 while
+// BotBox is down) can never complete a handshake, because its SYN-ACK is
+// dropped. The owner match sees the listener's UID on a SYN-ACK (the request
+// socket maps to its listener). Only SYN packets are matched: the kernel's
+// own RST for a closed port and the ACKs of time-wait sockets are sent from
+// a socket of UID 0 and must pass, so that connecting to a port nobody
+// listens on is refused at once instead of hanging. Not limited to lo: the
+// app's TCP elsewhere is dropped anyway. Duplicate ports appear once.
+// TestPlanSquat and the e2e TestPortSquatHarmless hold this.
+func squatRules(s Settings) []Rule {
+	uid := strconv.FormatUint(uint64(s.UID), 10)
+	var out []Rule
+	seen := map[uint16]bool{}
+	for _, p := range []uint16{s.ProxyPort, s.HTTPSInterceptionPort, s.MetricsPort} {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		out = append(out, Rule{"-p", "tcp", "-m", "tcp", "--sport", strconv.Itoa(int(p)), "--tcp-flags", "SYN", "SYN",
+			"-m", "owner", "!", "--uid-owner", uid, "-j", "DROP"})
+	}
+	return out
+}
+
+// Plan builds the ruleset for s: the rules of reference §8.3 with the
+// filter chain made default-deny (a final DROP for every protocol instead
+// of the reference's TCP and UDP DROPs, ICMP returned explicitly unless
+// BOTBOX_DROP_ICMP=1, MLD limited to solicited-node reports), the
+// port-squat rules in front, the optional BOTBOX_DNS_SERVERS restriction,
+// and with BOTBOX_REJECT=1 REJECT rules before the final DROP. It is pure.
 func Plan(s Settings) Ruleset {
 	rs := Ruleset{IPv4: planFamily(s, IPv4)}
 	if s.IPv6 {
@@ -132,45 +187,88 @@ func planFamily(s Settings, f Family) []Chain {
 	if f == IPv6 {
 		loopback = "::1/128"
 	}
+	// The filter chain is default-deny: what the rules below do not return
+	// is dropped by the final rule, whatever its protocol (UDP-Lite, SCTP,
+	// DCCP, IGMP, raw IP of any number). TestPlanDefaultDeny and the e2e
+	// TestOtherProtocolsDropped hold this.
 	filter := Chain{
 		Table: TableFilter,
 		Name:  s.FilterChain,
-		Rules: []Rule{
-			{"-o", "lo", "-j", "RETURN"},
-			{"-m", "owner", "--uid-owner", uid, "-j", "RETURN"},
-			// REDIRECT rewrites the destination to loopback before the
-			// output interface becomes lo on ≥6.x kernels: let those
-			// redirected packets reach BotBox.
-			{"-d", loopback, "-j", "RETURN"},
-		},
-		Jump: Rule{"-j", s.FilterChain},
+		Jump:  Rule{"-j", s.FilterChain},
 	}
-	filter.Rules = append(filter.Rules, dnsRules(s.DNSServers, f)...)
+	filter.Rules = append(filter.Rules, squatRules(s)...)
 	filter.Rules = append(filter.Rules,
-		// Everything else the app sends directly is dropped; UDP includes QUIC.
-		Rule{"-p", "tcp", "-j", "DROP"},
-		Rule{"-p", "udp", "-j", "DROP"},
+		Rule{"-o", "lo", "-j", "RETURN"},
+		Rule{"-m", "owner", "--uid-owner", uid, "-j", "RETURN"},
+		// REDIRECT rewrites the destination to loopback before the
+		// output interface becomes lo on ≥6.x kernels: let those
+		// redirected packets reach BotBox.
+		Rule{"-d", loopback, "-j", "RETURN"},
 	)
-	if s.DropICMP {
-		if f == IPv4 {
-			// A Pod has no reason to originate ICMP (it routes nothing);
-			// dropping it closes ping tunnels. Incoming ICMP (PMTU
-			// discovery) is not affected: this is the OUTPUT path.
-			filter.Rules = append(filter.Rules, Rule{"-p", "icmp", "-j", "DROP"})
-		} else {
-			for _, typ := range ndpICMPv6Types() {
-				filter.Rules = append(filter.Rules,
-					Rule{"-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", typ, "-j", "RETURN"})
-			}
-			filter.Rules = append(filter.Rules, Rule{"-p", "ipv6-icmp", "-j", "DROP"})
+	filter.Rules = append(filter.Rules, dnsRules(s.DNSServers, f)...)
+	if f == IPv6 {
+		filter.Rules = append(filter.Rules, mldRules()...)
+	}
+	switch {
+	case !s.DropICMP && f == IPv4:
+		filter.Rules = append(filter.Rules, Rule{"-p", "icmp", "-j", "RETURN"})
+	case !s.DropICMP:
+		filter.Rules = append(filter.Rules, Rule{"-p", "ipv6-icmp", "-j", "RETURN"})
+	case f == IPv6:
+		// A Pod routes nothing, so it never needs to originate ICMP;
+		// dropping it closes ping tunnels. Incoming ICMP (PMTU
+		// discovery) is not affected: this is the OUTPUT path. IPv6 keeps
+		// neighbour discovery.
+		for _, typ := range ndpICMPv6Types() {
+			filter.Rules = append(filter.Rules,
+				Rule{"-p", "ipv6-icmp", "-m", "icmp6", "--icmpv6-type", typ, "-j", "RETURN"})
 		}
 	}
+	// Everything else the app sends directly: TCP, UDP (QUIC included),
+	// every other protocol.
+	filter.Rules = append(filter.Rules, finalDeny(s, f)...)
 	return []Chain{nat, filter}
+}
+
+// finalDeny is the end of the filter chain: an unconditional DROP, or with
+// BOTBOX_REJECT=1 two REJECT rules before it: a TCP reset for TCP and an ICMP
+// port-unreachable for every other protocol, both only for packets whose
+// source address is local. The chain ends with the unconditional DROP in
+// both modes, and the REJECT target drops the packet too (it only adds a
+// reply), so no packet that was dropped before passes now.
+//
+// The reply cannot leak: it is addressed to the rejected packet's source,
+// which "--src-type LOCAL" guarantees is an address of the Pod, so it is
+// routed through lo (and returned by "-o lo"). Without that match it could:
+// an unprivileged socket may send IPv6 from a foreign source address
+// (IPV6_FREEBIND), and the ICMPv6 error, quoting up to 1232 bytes of the
+// app's packet, would go to that foreign address past the ICMP RETURN.
+// Such packets reach the final DROP, silently. A reset answering a reset
+// and an ICMP error answering an ICMP error are never sent by the kernel.
+// TestPlanReject and the e2e TestRejectFailsFast hold this.
+//
+// Port-unreachable rather than adm-prohibited: it is what the kernel
+// answers for a closed port and iptables' default, and a connected UDP
+// socket reports it as ECONNREFUSED in both families, like the TCP reset;
+// adm-prohibited gives EHOSTUNREACH for IPv4 but EACCES for IPv6.
+func finalDeny(s Settings, f Family) []Rule {
+	if !s.Reject {
+		return []Rule{{"-j", "DROP"}}
+	}
+	unreachable := "icmp-port-unreachable"
+	if f == IPv6 {
+		unreachable = "icmp6-port-unreachable"
+	}
+	return []Rule{
+		{"-p", "tcp", "-m", "addrtype", "--src-type", "LOCAL", "-j", "REJECT", "--reject-with", "tcp-reset"},
+		{"-m", "addrtype", "--src-type", "LOCAL", "-j", "REJECT", "--reject-with", unreachable},
+		{"-j", "DROP"},
+	}
 }
 
 // dnsRules exempts port 53: to any destination (reference), or only to the
 // given resolvers of family f. With resolvers given but none of family f,
-// no rule is returned, so the TCP/UDP DROP rules drop port 53 for f.
+// no rule is returned, so the final DROP drops port 53 for f.
 func dnsRules(servers []netip.Addr, f Family) []Rule {
 	if len(servers) == 0 {
 		return []Rule{

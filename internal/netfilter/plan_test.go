@@ -31,13 +31,15 @@ func customEnv() map[string]string {
 		EnvNATChain:              "BB_NAT",
 		EnvFilterChain:           "BB_FILTER",
 		EnvWaitSeconds:           "10",
+		EnvMetricsPort:           "19090",
 	}
 }
 
 // envCombinations returns every combination of IPv6 0/1 × interception 0/1 ×
 // default/custom ports, UID, chain names × DNS servers unset/set ×
 // drop ICMP 0/1 (32 cases), plus IPv6 with IPv4-only resolvers (port 53
-// dropped for IPv6).
+// dropped for IPv6), and BOTBOX_REJECT=1 alone per family and with every
+// other option set.
 func envCombinations() []envCase {
 	var out []envCase
 	for _, v6 := range []string{"0", "1"} {
@@ -73,6 +75,16 @@ func envCombinations() []envCase {
 		name: "ipv6-1_dns-ipv4-only",
 		env:  map[string]string{EnvIPv6: "1", EnvDNSServers: "10.96.0.10"},
 	})
+	// BOTBOX_REJECT=1 only changes the chain's end, so a few cases suffice.
+	for _, v6 := range []string{"0", "1"} {
+		out = append(out, envCase{
+			name: "ipv6-" + v6 + "_reject-1",
+			env:  map[string]string{EnvIPv6: v6, EnvReject: "1"},
+		})
+	}
+	all := customEnv()
+	all[EnvIPv6], all[EnvHTTPSInterception], all[EnvDNSServers], all[EnvDropICMP], all[EnvReject] = "1", "1", "10.96.0.10, fd00:10::a", "1", "1"
+	out = append(out, envCase{name: "ipv6-1_https-1_custom-1_dns-1_icmp-1_reject-1", env: all})
 	return out
 }
 
@@ -210,13 +222,33 @@ func TestRenderExistingGolden(t *testing.T) {
 // spelling, with the table it runs in.
 type referenceLine struct{ table, cmd string }
 
-// referenceRules writes down reference §8.3 by hand (default environment).
-// Creating and flushing a chain is "-N" + "-F"; the delete loop is one
-// "-D OUTPUT …" per existing jump.
-func referenceRules(family Family, interception bool, existingJumps int) []referenceLine {
-	var out []referenceLine
-	nat := func(cmd string) { out = append(out, referenceLine{"nat", cmd}) }
-	filter := func(cmd string) { out = append(out, referenceLine{"filter", cmd}) }
+// referenceRule is a line of the hand-written expectation: a call of the
+// reference script, or a rule BotBox adds to it (added), or a reference
+// call BotBox replaces by its final unconditional DROP (replaced).
+type referenceRule struct {
+	referenceLine
+	added, replaced bool
+}
+
+// referenceRules writes down reference §8.3 by hand (default environment),
+// with BotBox's additions marked. Creating and flushing a chain is "-N" +
+// "-F"; the delete loop is one "-D OUTPUT …" per existing jump.
+//
+// BotBox's filter chain is the reference's, minus its "-p tcp -j DROP" and
+// "-p udp -j DROP" (replaced: the final "-j DROP" drops those packets and
+// every other protocol), plus the port-squat DROPs in front, an explicit ICMP
+// RETURN (the reference's chain let ICMP fall through to OUTPUT's ACCEPT),
+// the MLD rules for IPv6, and the final DROP.
+func referenceRules(family Family, interception bool, existingJumps int) []referenceRule {
+	var out []referenceRule
+	nat := func(cmd string) { out = append(out, referenceRule{referenceLine: referenceLine{"nat", cmd}}) }
+	filter := func(cmd string) { out = append(out, referenceRule{referenceLine: referenceLine{"filter", cmd}}) }
+	added := func(cmd string) {
+		out = append(out, referenceRule{referenceLine: referenceLine{"filter", cmd}, added: true})
+	}
+	replaced := func(cmd string) {
+		out = append(out, referenceRule{referenceLine: referenceLine{"filter", cmd}, replaced: true})
+	}
 
 	nat("-N EGRESS_REDIRECT")
 	nat("-F EGRESS_REDIRECT")
@@ -236,6 +268,9 @@ func referenceRules(family Family, interception bool, existingJumps int) []refer
 	for range existingJumps {
 		filter("-D OUTPUT -j EGRESS_FILTER")
 	}
+	added("-A EGRESS_FILTER -p tcp --sport 8080 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP")
+	added("-A EGRESS_FILTER -p tcp --sport 8443 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP")
+	added("-A EGRESS_FILTER -p tcp --sport 9090 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP")
 	filter("-A EGRESS_FILTER -o lo -j RETURN")
 	filter("-A EGRESS_FILTER -m owner --uid-owner 1337 -j RETURN")
 	if family == IPv4 {
@@ -245,8 +280,19 @@ func referenceRules(family Family, interception bool, existingJumps int) []refer
 	}
 	filter("-A EGRESS_FILTER -p udp --dport 53 -j RETURN")
 	filter("-A EGRESS_FILTER -p tcp --dport 53 -j RETURN")
-	filter("-A EGRESS_FILTER -p tcp -j DROP")
-	filter("-A EGRESS_FILTER -p udp -j DROP")
+	replaced("-A EGRESS_FILTER -p tcp -j DROP")
+	replaced("-A EGRESS_FILTER -p udp -j DROP")
+	if family == IPv4 {
+		added("-A EGRESS_FILTER -p icmp -j RETURN")
+	} else {
+		added("-A EGRESS_FILTER -d ff02::1:ff00:0/104 -p ipv6-icmp -m icmp6 --icmpv6-type 131 -j RETURN")
+		added("-A EGRESS_FILTER -p ipv6-icmp -m icmp6 --icmpv6-type 130 -j DROP")
+		added("-A EGRESS_FILTER -p ipv6-icmp -m icmp6 --icmpv6-type 131 -j DROP")
+		added("-A EGRESS_FILTER -p ipv6-icmp -m icmp6 --icmpv6-type 132 -j DROP")
+		added("-A EGRESS_FILTER -p ipv6-icmp -m icmp6 --icmpv6-type 143 -j DROP")
+		added("-A EGRESS_FILTER -p ipv6-icmp -j RETURN")
+	}
+	added("-A EGRESS_FILTER -j DROP")
 	filter("-I OUTPUT 1 -j EGRESS_FILTER")
 	return out
 }
@@ -284,7 +330,10 @@ func asReferenceLines(t *testing.T, payload string) []referenceLine {
 }
 
 // TestDefaultMatchesReference checks that the default environment renders,
-// rule by rule, the calls of reference §8.3.
+// rule by rule, the calls of reference §8.3 with BotBox's marked additions,
+// and without the two protocol DROPs the final DROP replaces: the
+// reference's calls are a subsequence of ours, and the only rule of ours
+// that drops what the reference let through is marked as added.
 func TestDefaultMatchesReference(t *testing.T) {
 	tests := []struct {
 		name          string
@@ -322,9 +371,35 @@ func TestDefaultMatchesReference(t *testing.T) {
 				}
 			}
 			got := asReferenceLines(t, Render(Plan(s), tt.family, cur))
-			want := referenceRules(tt.family, tt.interception, tt.existingJumps)
+			var want, reference, gotReference []referenceLine
+			added := map[referenceLine]bool{}
+			for _, r := range referenceRules(tt.family, tt.interception, tt.existingJumps) {
+				if !r.replaced {
+					want = append(want, r.referenceLine)
+				}
+				if !r.added {
+					reference = append(reference, r.referenceLine)
+				}
+				if r.added {
+					added[r.referenceLine] = true
+				}
+			}
 			if d := cmp.Diff(want, got, cmp.AllowUnexported(referenceLine{})); d != "" {
-				t.Errorf("Render differs from reference §8.3 (-want +got):\n%s", d)
+				t.Errorf("Render differs from reference §8.3 plus BotBox's additions (-want +got):\n%s", d)
+			}
+			for _, l := range got {
+				if !added[l] {
+					gotReference = append(gotReference, l)
+				}
+			}
+			var unreplaced []referenceLine
+			for _, l := range reference {
+				if !strings.HasSuffix(l.cmd, "-j DROP") || slices.Contains(gotReference, l) {
+					unreplaced = append(unreplaced, l)
+				}
+			}
+			if d := cmp.Diff(unreplaced, gotReference, cmp.AllowUnexported(referenceLine{})); d != "" {
+				t.Errorf("without BotBox's additions, Render is not reference §8.3 minus the replaced DROPs (-want +got):\n%s", d)
 			}
 		})
 	}

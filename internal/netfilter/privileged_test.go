@@ -147,8 +147,8 @@ func TestPrivilegedInstallEveryCombination(t *testing.T) {
 			ctx := context.Background()
 			for run := 1; run <= 2; run++ {
 				var stdout, stderr strings.Builder
-				if code := runCommand(ctx, []string{"install"}, lookupOf(getenvFrom(tc.env)), r, &stdout, &stderr); code != 0 {
-					t.Fatalf("install run %d: exit %d\nstdout:\n%s\nstderr:\n%s", run, code, stdout.String(), stderr.String())
+				if err := Install(ctx, s, r, &stdout, &stderr); err != nil || stderr.Len() != 0 {
+					t.Fatalf("install run %d: %v\nstdout:\n%s\nstderr:\n%s", run, err, stdout.String(), stderr.String())
 				}
 				if !strings.Contains(stdout.String(), "Chain "+s.FilterChain+" (1 references)") {
 					t.Errorf("install output lacks the listing:\n%s", stdout.String())
@@ -156,9 +156,19 @@ func TestPrivilegedInstallEveryCombination(t *testing.T) {
 				checkKernel(t, ns, s, nil)
 			}
 			removeEnv := map[string]string{EnvNATChain: tc.env[EnvNATChain], EnvFilterChain: tc.env[EnvFilterChain]}
+			if s.IPv6 {
+				out := nsExec(t, ns, "", "cat", "/proc/sys/net/ipv6/conf/all/force_mld_version")
+				if strings.TrimSpace(out) != "1" {
+					t.Errorf("net.ipv6.conf.all.force_mld_version = %q after install, want 1", out)
+				}
+			}
+			rs, err := ParseEnvForRemove(lookupOf(getenvFrom(removeEnv)))
+			if err != nil {
+				t.Fatal(err)
+			}
 			var stdout, stderr strings.Builder
-			if code := runCommand(ctx, []string{"remove"}, lookupOf(getenvFrom(removeEnv)), r, &stdout, &stderr); code != 0 {
-				t.Fatalf("remove: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+			if err := Remove(ctx, rs, r, &stdout, &stderr); err != nil {
+				t.Fatalf("remove: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 			}
 			checkNoBotBox(t, ns, s)
 		})

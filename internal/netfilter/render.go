@@ -71,10 +71,11 @@ func RenderRemove(s Settings, current Saved) string {
 // jumps yet, without touching the kernel: for each family a comment naming
 // the command, then the payload (which can be fed to that command as is).
 func Print(s Settings, w io.Writer) error {
-	return printFamilies(s, Plan(s).Families(), w)
+	return PrintFamilies(s, Plan(s).Families(), w)
 }
 
-func printFamilies(s Settings, families []Family, w io.Writer) error {
+// PrintFamilies is Print for the given families only (`print -family`).
+func PrintFamilies(s Settings, families []Family, w io.Writer) error {
 	rs := Plan(s)
 	var b strings.Builder
 	for _, f := range families {

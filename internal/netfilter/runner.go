@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -18,6 +19,10 @@ type Runner interface {
 	// standard output. A failure (including a non-zero exit) is returned as
 	// an error that carries the program's standard error.
 	Run(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
+	// WriteSysctl sets the sysctl key (dotted, e.g.
+	// "net.ipv6.conf.all.force_mld_version") to value in the network
+	// namespace the programs act in.
+	WriteSysctl(ctx context.Context, key, value string) error
 }
 
 // ExecRunner is the real Runner: it runs the programs with os/exec.
@@ -50,6 +55,25 @@ func (r ExecRunner) Run(ctx context.Context, stdin []byte, name string, args ...
 		return stdout.Bytes(), &CommandError{Args: append([]string{name}, args...), Stderr: stderr.String(), Err: err}
 	}
 	return stdout.Bytes(), nil
+}
+
+// WriteSysctl implements Runner. Without a Prefix it writes
+// /proc/sys/<key with dots as slashes> of the calling process's network
+// namespace (the init container's: no sysctl program is needed in the
+// image); with a Prefix it runs `sysctl -w key=value` through it.
+func (r ExecRunner) WriteSysctl(ctx context.Context, key, value string) error {
+	if strings.ContainsAny(key, "/ ") || strings.Contains(key, "..") {
+		return fmt.Errorf("invalid sysctl name %q", key)
+	}
+	if len(r.Prefix) > 0 {
+		_, err := r.Run(ctx, nil, "sysctl", "-q", "-w", key+"="+value)
+		return err
+	}
+	path := "/proc/sys/" + strings.ReplaceAll(key, ".", "/")
+	if err := os.WriteFile(path, []byte(value+"\n"), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }
 
 // CommandError is a failed command: its arguments (without any prefix),

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/testutil/testpki"
@@ -57,6 +59,11 @@ const (
 
 func newBenchHandler(b *testing.B, tr http.RoundTripper, port int, extra string) *Handler {
 	b.Helper()
+	return newBenchHandlerLog(b, tr, port, extra, telemetry.NewLogger(io.Discard, nil))
+}
+
+func newBenchHandlerLog(b *testing.B, tr http.RoundTripper, port int, extra string, base *slog.Logger) *Handler {
+	b.Helper()
 	dir := b.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "api-key"), []byte(benchSecret+"\n"), 0o600); err != nil {
 		b.Fatal(err)
@@ -65,7 +72,7 @@ func newBenchHandler(b *testing.B, tr http.RoundTripper, port int, extra string)
 	if err != nil {
 		b.Fatal(err)
 	}
-	logger := telemetry.WithTarget(telemetry.NewLogger(io.Discard, nil), telemetry.TargetProxy)
+	logger := telemetry.WithTarget(base, telemetry.TargetProxy)
 	store, err := secrets.Open(secrets.Options{Dir: dir, Required: cfg.RequiredSecretRefs(), Logger: logger})
 	if err != nil {
 		b.Fatal(err)
@@ -190,6 +197,44 @@ func BenchmarkServePlainPOST(b *testing.B) {
 	}
 }
 
+// slogJSONLogger is the alternative to telemetry.NewLogger in the A/B of
+// BenchmarkServePlainLogHandler: slog's own JSON handler with the same key
+// renames (what NewLogger wrapped before its fast path).
+func slogJSONLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) != 0 {
+			return a
+		}
+		switch a.Key {
+		case slog.TimeKey:
+			return slog.Time(telemetry.KeyTimestamp, a.Value.Time().UTC())
+		case slog.LevelKey:
+			return slog.String(telemetry.KeyLevel, a.Value.String())
+		case slog.MessageKey:
+			a.Key = telemetry.KeyMessage
+		}
+		return a
+	}}))
+}
+
+// BenchmarkServePlainLogHandler is BenchmarkServePlain with each JSON log
+// handler in the same run (docs/performance.md, "Decision line"): whether
+// telemetry's own encoder earns its keep per request.
+func BenchmarkServePlainLogHandler(b *testing.B) {
+	for _, v := range []struct {
+		name   string
+		logger *slog.Logger
+	}{
+		{"log=telemetry", telemetry.NewLogger(io.Discard, nil)},
+		{"log=slog", slogJSONLogger(io.Discard)},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			h := newBenchHandlerLog(b, cannedTransport{}, 8443, "", v.logger)
+			serveLoop(b, h.Plain(), parsedRequest(b, fmt.Sprintf(benchReq, "api.example.test")))
+		})
+	}
+}
+
 // BenchmarkServeIntercepted is BenchmarkServePlain on the interception
 // listener's handler (SNI/Host check included).
 func BenchmarkServeIntercepted(b *testing.B) {
@@ -229,12 +274,15 @@ func BenchmarkHostCanonicalisation(b *testing.B) {
 	}
 }
 
-// BenchmarkRequestID is the per-request id (UUID v4 from crypto/rand).
+// BenchmarkRequestID is the exchange record with its UUID v4 request id
+// (crypto/rand).
 func BenchmarkRequestID(b *testing.B) {
 	h := &Handler{now: time.Now}
+	req := parsedRequest(b, fmt.Sprintf(benchReq, "api.example.test"))
+	w := &discardWriter{h: http.Header{}}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = h.newExchange(ListenerHTTP)
+		_ = h.newExchange(ListenerHTTP, w, req)
 	}
 }
 
@@ -307,13 +355,21 @@ func BenchmarkProxyLoopback(b *testing.B) {
 func BenchmarkLogDecision(b *testing.B) {
 	h := newBenchHandler(b, cannedTransport{}, 8443, "")
 	req := parsedRequest(b, fmt.Sprintf(benchReq, "api.example.test"))
-	c := h.state.Load()
-	x := h.newExchange(ListenerHTTP)
+	g := h.gen.Load()
+	hp, err := hostport.Parse("api.example.test")
+	if err != nil {
+		b.Fatal(err)
+	}
+	set := g.Rewrites(g.Policy.Decide(policy.Target{Host: hp, Method: http.MethodGet, Path: "/"}))
+	if set == nil {
+		b.Fatal("the bench rule has no rewrites")
+	}
+	x := h.newExchange(ListenerHTTP, &discardWriter{h: http.Header{}}, req)
 	x.host, x.port, x.hostLabel, x.decision, x.reason, x.rule = "api.example.test", 443, "api.example.test", telemetry.DecisionAllow, "rule_allow", "api.example.test"
-	x.rewrites, x.logNames, x.logRefs, x.rewritten, x.upstreamCode = c.rewrites[0], c.logNames[0], c.logRefs[0], []string{"Authorization"}, 200
-	w := &countingWriter{status: 200, n: int64(len(benchBody))}
+	x.rewrites, x.rewritten, x.upstreamCode, x.upstreamAddr = set, []string{"Authorization"}, 200, "127.0.0.1:443"
+	x.cw.status, x.cw.n = 200, int64(len(benchBody))
 	b.ReportAllocs()
 	for b.Loop() {
-		h.logDecision(req, x, w, nil)
+		h.logDecision(req, x)
 	}
 }

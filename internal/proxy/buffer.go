@@ -2,19 +2,23 @@ package proxy
 
 import (
 	"io"
+	"net/http/httputil"
 	"sync"
 )
 
 // copyBufSize is the size of ReverseProxy's body copy buffers.
 const copyBufSize = 32 << 10
 
-// bufferPool recycles the 32 KiB copy buffers of ReverseProxy so that a
-// streamed body costs no allocation per request.
+// bufferPool recycles the 32 KiB copy buffers of ReverseProxy, so that
+// copying a body allocates nothing per request (TestBufferPoolNoAllocs).
 //
-// It pools array pointers rather than *[]byte: Put converts the slice back
-// to *[copyBufSize]byte, which does not allocate, whereas storing &p (a new
-// slice header escaping to the heap) cost one allocation per request.
+// Why array pointers and not the obvious *[]byte: Put turns the slice back
+// into *[copyBufSize]byte without allocating, whereas &p would put a new
+// slice header on the heap at every Put. Put ignores a slice shorter than
+// copyBufSize, so a foreign buffer can never be handed out short.
 type bufferPool struct{ p sync.Pool }
+
+var _ httputil.BufferPool = (*bufferPool)(nil)
 
 func newBufferPool() *bufferPool {
 	return &bufferPool{p: sync.Pool{New: func() any { return new([copyBufSize]byte) }}}
@@ -29,18 +33,19 @@ func (b *bufferPool) Put(p []byte) {
 	b.p.Put((*[copyBufSize]byte)(p[:copyBufSize]))
 }
 
-// Large HTTP/2 bodies are read from the transport in big chunks.
+// coalescingBody wraps a large HTTP/2 response body so that net/http sends
+// one flow-control WINDOW_UPDATE per up to coalesceSize read instead of one
+// per ReverseProxy-sized (32 KiB) read.
 //
-// Every Read of an HTTP/2 response body that consumes 4 KiB or more makes
-// net/http send a WINDOW_UPDATE (a TLS record and a write syscall, which
-// the origin must read too). ReverseProxy reads with its 32 KiB buffer, so
-// a download cost one WINDOW_UPDATE per 32 KiB: about a fifth of BotBox's
-// CPU on a 256 MiB download. coalescingBody reads up to coalesceSize at a
-// time (whatever the transport has buffered, so it never waits for more
-// than one Read would) and hands it out in ReverseProxy's 32 KiB pieces:
-// one WINDOW_UPDATE per up to 256 KiB, for one extra memory copy. Only
-// bodies of known length of at least coalesceMinBody get it, so that a
-// long-lived stream (SSE, gRPC: no Content-Length) never pins a buffer.
+// Contract: it returns exactly the bytes and the final error of the wrapped
+// body, in order; a Read never waits for more data than one Read of the
+// wrapped body would (it takes whatever the transport has buffered); Close
+// returns the buffer to the pool. Why not the obvious code (a plain body):
+// every HTTP/2 body Read of 4 KiB or more costs a WINDOW_UPDATE, i.e. a TLS
+// record and a write syscall on both ends; numbers in docs/performance.md.
+// Only bodies of known length of at least coalesceMinBody get it, so that a
+// long-lived stream (SSE, gRPC: no Content-Length) never pins a 256 KiB
+// buffer. The tests in buffer_test.go hold the byte-for-byte contract.
 const (
 	coalesceSize    = 256 << 10
 	coalesceMinBody = 1 << 20

@@ -130,3 +130,20 @@ func TestLargeHTTP2BodyIntact(t *testing.T) {
 		t.Fatalf("origin saw %s, want HTTP/2.0 (the coalescing path)", e.lastSeen().Proto)
 	}
 }
+
+// TestBufferPoolNoAllocs holds bufferPool's contract: a Get/Put cycle does
+// not allocate, and a short foreign slice is never pooled.
+func TestBufferPoolNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under -race")
+	}
+	p := newBufferPool()
+	p.Put(p.Get())
+	if n := testing.AllocsPerRun(100, func() { p.Put(p.Get()) }); n != 0 {
+		t.Errorf("Get/Put: %v allocations, want 0", n)
+	}
+	p.Put(make([]byte, 10))
+	if b := p.Get(); len(b) != copyBufSize {
+		t.Errorf("Get returned %d bytes, want %d", len(b), copyBufSize)
+	}
+}

@@ -9,6 +9,15 @@
 // secret snapshot (package rewrite), and emit exactly one canonical
 // "proxy decision" log line plus the reference's Prometheus metrics.
 //
+// The decision line tells what happened, not only what was decided: a body
+// cut by the origin or a client gone is logged with its reason and error at
+// WARN; an upgrade tunnel (WebSocket, the only upgrade forwarded) is logged
+// when it closes, with the bytes of both directions; free-form fields are
+// bounded and repeated identical denials on one connection are aggregated,
+// so the audited agent cannot flood the trail. Every response BotBox writes
+// itself names its reason in the X-Botbox-Reason header. The reasons are
+// documented for users in docs/troubleshooting.md.
+//
 // It does not own listeners' lifetimes (package server does), load
 // configuration, or read secret files: secrets arrive through the
 // consumer-side SecretSource interface.

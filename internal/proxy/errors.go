@@ -6,39 +6,60 @@ import (
 	"net/http"
 
 	"github.com/botbox/botbox/internal/rewrite"
+	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/upstream"
 )
 
 // Response bodies of the reference (reference §3.4); clients and tests match
-// on them, so they are part of the drop-in contract.
+// on them, so they are part of the drop-in contract. BotBox's additions
+// (hintConnect, bodyUpgrade) come after or beside them, never instead.
 const (
-	bodyConnect          = "CONNECT method not allowed"
-	bodyMissingHost      = "missing host"
-	bodyInvalidHost      = "invalid host"
-	bodyInvalidTarget    = "invalid request target"
-	bodyDenied           = "host not allowed"
-	bodySecretMissing    = "internal error: secret not available"
-	bodyRewriteFailed    = "internal error"
-	bodyInternal         = "internal server error"
-	bodyUpstreamFailed   = "upstream connection failed"
-	bodyGatewayTimeout   = "gateway timeout"
-	bodyAbsoluteForm     = "absolute-form request not allowed on HTTPS interception listener"
-	bodyMissingHostHdr   = "missing Host header"
-	bodyInterceptPort    = "HTTPS interception listener only accepts port 443 traffic"
-	bodySNIHostMismatch  = "SNI/Host header mismatch"
-	upstreamLabelTimeout = "timeout"
-	upstreamLabelConnErr = "connection_error"
+	bodyConnect         = "CONNECT method not allowed"
+	bodyMissingHost     = "missing host"
+	bodyInvalidHost     = "invalid host"
+	bodyInvalidTarget   = "invalid request target"
+	bodyDenied          = "host not allowed"
+	bodySecretMissing   = "internal error: secret not available"
+	bodyRewriteFailed   = "internal error"
+	bodyUpstreamFailed  = "upstream connection failed"
+	bodyGatewayTimeout  = "gateway timeout"
+	bodyAbsoluteForm    = "absolute-form request not allowed on HTTPS interception listener"
+	bodyMissingHostHdr  = "missing Host header"
+	bodyInterceptPort   = "HTTPS interception listener only accepts port 443 traffic"
+	bodySNIHostMismatch = "SNI/Host header mismatch"
+	bodyAddrDenied      = "upstream address not allowed"
+
+	// hintConnect is the second line of the CONNECT 405 body: the explicit
+	// proxy carries http:// URLs only (BotBox originates the TLS).
+	hintConnect = "use http:// URLs or enable HTTPS interception"
+	bodyUpgrade = "upgrade not allowed: only websocket"
 )
 
-// Decision label values for the interception listener's own rejections
-// (reference §3.2 step 4). The reference neither logged nor counted them
-// (§10.3 #14); BotBox counts them in botbox_requests_total under host
-// "unknown" with these values, a closed set.
+// Reasons of the decision line (and of the X-Botbox-Reason header) that
+// BotBox's pipeline gives; the policy's reasons (policy.Reason: rule_allow,
+// rule_deny, default_allow, default_deny, port_not_allowed) and the abort
+// reasons (telemetry.Abort…) complete the set. docs/troubleshooting.md
+// explains each with its fix.
 const (
-	decisionDeniedAbsoluteForm = "denied_absolute_form"
-	decisionDeniedPort         = "denied_port"
-	decisionDeniedHostMismatch = "denied_host_mismatch"
+	reasonConnect         = "connect"
+	reasonInvalidTarget   = "invalid_target"
+	reasonInvalidHost     = "invalid_host"
+	reasonMissingHost     = "missing_host"
+	reasonAbsoluteForm    = "absolute_form"
+	reasonInterceptPort   = "intercept_port"
+	reasonSNIHostMismatch = "sni_host_mismatch"
+	reasonUpgrade         = "upgrade_not_allowed"
+	reasonSecretMissing   = "secret_missing"
+	reasonRewriteFailed   = "rewrite_failed"
+	reasonUpstreamTimeout = "upstream_timeout"
+	reasonUpstreamError   = "upstream_error"
+	reasonAddrDenied      = "upstream_addr_denied"
 )
+
+// HeaderReason names, on every response BotBox generates itself (never on
+// an origin's), the reason of the decision, so that an agent or its
+// operator can tell a port denial from a host denial without the logs.
+const HeaderReason = "X-Botbox-Reason"
 
 // failure is what the single error mapper returns: the status and body sent
 // to the client, the upstream_errors label (if any) and the log reason.
@@ -53,30 +74,36 @@ type failure struct {
 func classify(ctx context.Context, err error) failure {
 	if _, ok := errors.AsType[*rewrite.MissingSecretError](err); ok {
 		// Fail closed: never forward a request without its credential.
-		return failure{status: http.StatusInternalServerError, body: bodySecretMissing, reason: "secret_missing"}
+		return failure{status: http.StatusInternalServerError, body: bodySecretMissing, reason: reasonSecretMissing}
 	}
 	if _, ok := errors.AsType[*rewrite.InvalidValueError](err); ok {
 		// The filled template is not a valid header value (e.g. CR/LF in the secret).
-		return failure{status: http.StatusInternalServerError, body: bodyRewriteFailed, reason: "rewrite_failed"}
+		return failure{status: http.StatusInternalServerError, body: bodyRewriteFailed, reason: reasonRewriteFailed}
 	}
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		// The agent hung up; nobody reads a response.
-		return failure{status: 0, reason: "client_closed"}
+		return failure{status: 0, reason: telemetry.AbortClientClosed}
+	}
+	if _, ok := errors.AsType[*upstream.AddrDeniedError](err); ok {
+		// The dial guard refused every address the host resolved to: the
+		// policy allowed the name, not the address it leads to.
+		return failure{status: http.StatusForbidden, body: bodyAddrDenied, upstreamLabel: telemetry.UpstreamAddrDenied, reason: reasonAddrDenied}
 	}
 	if upstream.IsTimeout(err) {
 		// No response head within the configured timeout (reference: 504).
-		return failure{status: http.StatusGatewayTimeout, body: bodyGatewayTimeout, upstreamLabel: upstreamLabelTimeout, reason: "upstream_timeout"}
+		return failure{status: http.StatusGatewayTimeout, body: bodyGatewayTimeout, upstreamLabel: telemetry.UpstreamTimeout, reason: reasonUpstreamTimeout}
 	}
 	// Connect, TLS or protocol failure: the reference answers 502.
-	return failure{status: http.StatusBadGateway, body: bodyUpstreamFailed, upstreamLabel: upstreamLabelConnErr, reason: "upstream_error"}
+	return failure{status: http.StatusBadGateway, body: bodyUpstreamFailed, upstreamLabel: telemetry.UpstreamConnectionError, reason: reasonUpstreamError}
 }
 
 // writePlain writes a handler-generated error response the way the reference
-// does: text/plain, the bare body.
-func writePlain(w http.ResponseWriter, status int, body string) {
+// does (text/plain, the bare body), plus the X-Botbox-Reason header.
+func writePlain(w http.ResponseWriter, status int, body, reason string) {
 	h := w.Header()
 	h.Set("Content-Type", "text/plain")
 	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set(HeaderReason, reason)
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(body))
 }

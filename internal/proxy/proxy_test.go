@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -30,6 +32,7 @@ import (
 
 const testConfig = `
 secrets_dir: %s
+%s
 egress_policy:
   default_action: %s
   rules:
@@ -85,6 +88,9 @@ type envOpts struct {
 	responseHeader time.Duration
 	http2Origin    bool
 	plainOrigin    bool
+	extraConfig    string           // top-level YAML lines added to testConfig
+	now            func() time.Time // the handler's clock (default time.Now)
+	guard          upstream.Guard   // the transport's dial guard (default none)
 }
 
 func newEnv(t *testing.T, o envOpts) *testEnv {
@@ -119,7 +125,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 
 	e.secretDir = t.TempDir()
 	e.writeSecret("api-key", "sk-test-12345\n")
-	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, e.secretDir, o.defaultAction)))
+	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, e.secretDir, o.extraConfig, o.defaultAction)))
 	if err != nil {
 		t.Fatalf("config.Parse: %v", err)
 	}
@@ -141,6 +147,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 		RootCAs:               e.ca.Pool(),
 		ResponseHeaderTimeout: rht,
 		ConnectTimeout:        2 * time.Second,
+		Guard:                 o.guard,
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, network, *e.dialAddr.Load())
@@ -151,7 +158,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.metrics = telemetry.NewMetrics()
-	e.handler, err = New(Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger})
+	e.handler, err = New(Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,13 +264,22 @@ func TestDeniedHostReturns403(t *testing.T) {
 
 func TestConnectMethodReturns405(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	resp, body := e.raw("CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
-	if resp.StatusCode != http.StatusMethodNotAllowed || body != bodyConnect {
-		t.Fatalf("got %d %q", resp.StatusCode, body)
+	resp, body := e.raw("CONNECT API.example.test:443 HTTP/1.1\r\nHost: API.example.test:443\r\n\r\n")
+	// The reference body first, then the hint on its own line.
+	if want := bodyConnect + "\n" + hintConnect + "\n"; resp.StatusCode != http.StatusMethodNotAllowed || body != want {
+		t.Fatalf("got %d %q, want 405 %q", resp.StatusCode, body, want)
+	}
+	if got := resp.Header.Get(HeaderReason); got != "connect" {
+		t.Errorf("%s = %q, want connect", HeaderReason, got)
 	}
 	e.assertOriginUntouched()
 	if got := testutil.ToFloat64(e.metrics.Requests.WithLabelValues("unknown", "denied_connect")); got != 1 {
 		t.Errorf("requests_total{unknown,denied_connect} = %v, want 1", got)
+	}
+	// The line names the CONNECT target, canonicalised.
+	recs := e.logs.Find("proxy decision")
+	if len(recs) != 1 || recs[0]["host"] != "api.example.test" || recs[0]["port"] != float64(443) || recs[0]["decision"] != "denied_connect" {
+		t.Errorf("decision line = %v", recs)
 	}
 }
 
@@ -340,8 +356,11 @@ func TestMissingSecretReturns500AndForwardsNothing(t *testing.T) {
 	}
 	e.assertOriginUntouched()
 	recs := e.logs.Find("proxy decision")
-	if len(recs) != 1 || recs[0]["secret_ref"] != "absent-key" || recs[0]["reason"] != "secret_missing" {
+	if len(recs) != 1 || fmt.Sprint(recs[0]["secret_ref"]) != "[absent-key]" || recs[0]["reason"] != "secret_missing" || recs[0]["level"] != "ERROR" {
 		t.Errorf("decision log = %v", recs)
+	}
+	if got := resp.Header.Get(HeaderReason); got != "secret_missing" {
+		t.Errorf("%s = %q, want secret_missing", HeaderReason, got)
 	}
 }
 
@@ -369,6 +388,33 @@ func TestUpstreamUnreachableReturns502(t *testing.T) {
 	resp, body := e.get("bare.example.test", "/", nil)
 	if resp.StatusCode != http.StatusBadGateway || body != bodyUpstreamFailed {
 		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestDialGuardRefusalReturns403: an address the dial guard refuses ends
+// the request with 403 and reason upstream_addr_denied, nothing reaches the
+// origin, and the guard is told which host the dial is for.
+func TestDialGuardRefusalReturns403(t *testing.T) {
+	var sawHost atomic.Pointer[string]
+	e := newEnv(t, envOpts{guard: func(ctx context.Context, addr netip.AddrPort) error {
+		if p, ok := upstream.DialPolicyFrom(ctx); ok {
+			sawHost.Store(&p.Host)
+		}
+		return errors.New("test guard refuses every address")
+	}})
+	resp, body := e.get("bare.example.test", "/", nil)
+	if resp.StatusCode != http.StatusForbidden || body != bodyAddrDenied {
+		t.Fatalf("got %d %q, want 403 %q", resp.StatusCode, body, bodyAddrDenied)
+	}
+	if got := resp.Header.Get(HeaderReason); got != reasonAddrDenied {
+		t.Errorf("%s = %q, want %q", HeaderReason, got, reasonAddrDenied)
+	}
+	if h := sawHost.Load(); h == nil || *h != "bare.example.test" {
+		t.Errorf("guard saw DialPolicy host %v, want bare.example.test", h)
+	}
+	e.assertOriginUntouched()
+	if got := testutil.ToFloat64(e.metrics.UpstreamErrors.WithLabelValues("bare.example.test", telemetry.UpstreamAddrDenied)); got != 1 {
+		t.Errorf("upstream_errors{%s} = %v, want 1", telemetry.UpstreamAddrDenied, got)
 	}
 }
 
@@ -819,33 +865,27 @@ func TestMetricLabelsAreClosedSet(t *testing.T) {
 	}
 }
 
-// TestConnLimitPermitsReturned is the §10.3 #5 regression: finished
-// connections give back their permit; nothing accumulates.
-func TestConnLimitPermitsReturned(t *testing.T) {
-	limit := NewConnLimit(2)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// TestGenerationSwapTakesEffect: the handler reads the generation in force
+// per request, so a Store on the shared generation.Current (what a policy
+// reload will do) changes the next decision without a new Handler.
+func TestGenerationSwapTakesEffect(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	if resp, _ := e.get("bare.example.test", "/", nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("before the swap: %d, want 200", resp.StatusCode)
+	}
+	<-e.seen
+	cfg, err := config.Parse([]byte(fmt.Sprintf("secrets_dir: %s\negress_policy:\n  default_action: deny\n  rules:\n    - host: bare.example.test\n      action: deny\n", e.secretDir)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
-	go srv.Serve(limit.Listener(ln, telemetry.NewLogger(io.Discard, nil), "dropped"))
-	defer srv.Close()
-	// With a limit of 2, 50 sequential connections only succeed if each one
-	// gives its permit back; the server closes asynchronously, so wait for
-	// the release before the next connection rather than racing it.
-	for i := range 50 {
-		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := c.Get("http://" + ln.Addr().String() + "/")
-		if err != nil {
-			t.Fatalf("connection %d: %v", i, err)
-		}
-		resp.Body.Close()
-		deadline := time.Now().Add(5 * time.Second)
-		for limit.InUse() != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("connection %d: %d permits still held after the connection closed", i, limit.InUse())
-			}
-			time.Sleep(time.Millisecond)
-		}
+	if _, err := e.handler.gen.Store(cfg); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := e.get("bare.example.test", "/", nil)
+	if resp.StatusCode != http.StatusForbidden || body != bodyDenied {
+		t.Fatalf("after the swap: %d %q, want 403 %q", resp.StatusCode, body, bodyDenied)
+	}
+	if n := e.hits.Load(); n != 1 {
+		t.Fatalf("origin received %d requests, want only the one before the swap", n)
 	}
 }

@@ -19,9 +19,9 @@
 // On error the header is left untouched, so the caller can fail closed
 // (reference: 500, the request is never forwarded without its credential).
 //
-// This is the only package that calls secrets.Value.Reveal. Errors and every
-// other output name the header and the secret_ref, never the value. The
-// package imports secrets only for the Value type (a documented exception to
+// Outside package secrets, this is the only package that calls
+// secrets.Value.Reveal. Errors and every other output name the header and
+// the secret_ref, never the value. The package imports secrets only for the Value type (a documented exception to
 // the rule that feature packages do not import each other); it reaches the
 // secret store through the small Lookup interface.
 //
@@ -47,6 +47,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/echo"
 	"github.com/botbox/botbox/internal/secrets"
 )
 
@@ -167,8 +168,8 @@ func CompileRule(r config.Rule) (*Set, error) {
 		case name == "":
 			return nil, fmt.Errorf("remove_headers[%d]: empty header name", i)
 		case !httpguts.ValidHeaderFieldName(name):
-			return nil, fmt.Errorf("remove_headers[%d]: invalid header name %q", i, truncate(name))
-		case reserved(name):
+			return nil, fmt.Errorf("remove_headers[%d]: invalid header name %q", i, echo.Clip(name))
+		case config.ReservedHeader(name):
 			return nil, fmt.Errorf("remove_headers[%d]: header %q cannot be removed (reserved/hop-by-hop)", i, name)
 		}
 		key := textproto.CanonicalMIMEHeaderKey(name)
@@ -187,9 +188,11 @@ func compile(r config.HeaderRewrite) (compiled, error) {
 		return compiled{}, errors.New("empty header name")
 	}
 	if !httpguts.ValidHeaderFieldName(r.Name) {
-		return compiled{}, fmt.Errorf("invalid header name %q", truncate(r.Name))
+		return compiled{}, fmt.Errorf("invalid header name %q", echo.Clip(r.Name))
 	}
-	if reserved(r.Name) {
+	// Config validation refuses the same list; checking it here keeps a
+	// hand-built Set from injecting Host or a hop-by-hop header.
+	if config.ReservedHeader(r.Name) {
 		return compiled{}, fmt.Errorf("header %q cannot be used in rewrites (reserved/hop-by-hop)", r.Name)
 	}
 	c := compiled{
@@ -219,31 +222,6 @@ func compile(r config.HeaderRewrite) (compiled, error) {
 		c.partsLen += len(p)
 	}
 	return c, nil
-}
-
-// reserved reports the headers the reference refuses in rewrites: Host (the
-// proxy sets it from the upstream authority) and the hop-by-hop headers,
-// which would change how the upstream connection behaves. Config validation
-// refuses them too; this keeps a hand-built Set from injecting them.
-func reserved(name string) bool {
-	for _, r := range [...]string{
-		"host", "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
-		"proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade",
-	} {
-		if strings.EqualFold(name, r) {
-			return true
-		}
-	}
-	return false
-}
-
-// truncate bounds configuration text echoed in an error.
-func truncate(s string) string {
-	const limit = 64
-	if len(s) > limit {
-		return s[:limit]
-	}
-	return s
 }
 
 // Names returns the configured header names, one per rewrite, in order.

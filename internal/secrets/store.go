@@ -9,10 +9,11 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/botbox/botbox/internal/secretref"
 )
 
 const (
@@ -140,8 +141,8 @@ func Open(opts Options) (*Store, error) {
 func requiredSet(keys []string) ([]string, error) {
 	required := slices.Compact(slices.Sorted(slices.Values(keys)))
 	for _, k := range required {
-		if k == "" || strings.HasPrefix(k, ".") || strings.ContainsAny(k, "/\x00") {
-			return nil, fmt.Errorf("required secret key %q can never be loaded from a directory", k)
+		if !secretref.Valid(k) {
+			return nil, fmt.Errorf("required secret key %q is not %s", k, secretref.Rule)
 		}
 	}
 	return required, nil

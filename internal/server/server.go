@@ -1,7 +1,9 @@
 // Package server runs a BotBox process: it binds every listener (plain
 // proxy, HTTPS interception, loopback metrics/health), starts the secret
-// watcher, tracks readiness, and shuts everything down together within one
-// deadline.
+// watcher, tracks readiness, bounds what clients can hold (connections per
+// listener, requests in flight, HTTP/2 streams, stalled writes), and shuts
+// everything down together within one deadline, hijacked connections
+// (WebSocket tunnels) included.
 //
 // It composes the other packages and owns their lifetimes; it holds no
 // request logic (package proxy) and parses no files (packages config,
@@ -22,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -31,6 +34,7 @@ import (
 	"github.com/botbox/botbox/internal/admin"
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/generation"
+	"github.com/botbox/botbox/internal/listener"
 	"github.com/botbox/botbox/internal/mitm"
 	"github.com/botbox/botbox/internal/proxy"
 	"github.com/botbox/botbox/internal/secrets"
@@ -54,7 +58,25 @@ type Options struct {
 	UpstreamRoots *x509.CertPool
 	// Dial replaces the upstream dialer (tests).
 	Dial upstream.DialFunc
+	// ProbeKeyFile is where Run writes the per-start probe key that
+	// `botbox probe` reads ("" = no key: probes get no authentication
+	// header and `botbox probe` fails).
+	ProbeKeyFile string
 }
+
+// Admin port bounds. The port is reachable by the app by design, so it must
+// never be a lever on the process: a small budget of connections where the
+// longest-idle one makes room for a new one (listener.IdlePool), and short
+// timeouts. Probes and scrapes send one small request and read a response
+// of a few kilobytes to a few hundred.
+const (
+	adminMaxConnections    = 32
+	adminReadHeaderTimeout = 2 * time.Second
+	adminReadTimeout       = 5 * time.Second
+	adminWriteTimeout      = 5 * time.Second
+	adminIdleTimeout       = 5 * time.Second
+	adminMaxHeaderBytes    = 8 << 10
+)
 
 // Addrs are the bound listener addresses, published once Run has bound them.
 type Addrs struct {
@@ -65,22 +87,28 @@ type Addrs struct {
 
 // Server is one BotBox process.
 type Server struct {
-	cfg     *config.Config
-	opts    Options
-	logger  *slog.Logger
-	metrics *telemetry.Metrics
-	store   *secrets.Store
-	handler *proxy.Handler
-	icpt    *mitm.Interceptor
-	gen     *generation.Current // the policy generation in force
+	cfg         *config.Config
+	opts        Options
+	logger      *slog.Logger
+	decisions   *slog.Logger // target proxy: the lines of requests refused before the handler
+	metrics     *telemetry.Metrics
+	sm          *telemetry.ServerMetrics
+	store       *secrets.Store
+	handler     *proxy.Handler
+	interceptor *mitm.Interceptor
+	probeKey    []byte
+	requests    chan struct{}       // max_concurrent_requests permits
+	gen         *generation.Current // the policy generation in force
 
 	secretsReady atomic.Bool
 	serving      atomic.Bool
 	draining     atomic.Bool
+	failed       atomic.Bool // a listener failed permanently
 
 	boundOnce sync.Once
 	bound     chan struct{}
 	addrs     Addrs
+	bindErr   error // set before bound is closed when Run failed to bind
 }
 
 // New loads the secrets and (when enabled) the interception CA, and builds
@@ -96,7 +124,18 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		opts.Listen = net.Listen
 	}
 	// opts.Logger carries no target; each component adds its own.
-	s := &Server{cfg: cfg, opts: opts, logger: telemetry.WithTarget(opts.Logger, telemetry.TargetMain), metrics: opts.Metrics, bound: make(chan struct{})}
+	s := &Server{
+		cfg: cfg, opts: opts, logger: telemetry.WithTarget(opts.Logger, telemetry.TargetMain),
+		decisions: telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
+		metrics:   opts.Metrics, sm: telemetry.NewServerMetrics(opts.Metrics.Registry),
+		requests: make(chan struct{}, max(cfg.MaxConcurrentRequests, 1)),
+		bound:    make(chan struct{}),
+	}
+	key, err := admin.NewProbeKey()
+	if err != nil {
+		return nil, err
+	}
+	s.probeKey = key
 
 	store, err := secrets.Open(secrets.Options{
 		Dir:      cfg.SecretsDir,
@@ -129,11 +168,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.handler, err = proxy.New(proxy.Options{
-		Config:    cfg,
-		Secrets:   store,
-		Transport: tr,
-		Metrics:   s.metrics,
-		Logger:    telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
+		Config:     cfg,
+		Generation: s.gen,
+		Secrets:    store,
+		Transport:  tr,
+		Metrics:    s.metrics,
+		Logger:     telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
 	})
 	if err != nil {
 		return nil, err
@@ -145,7 +185,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.icpt, err = mitm.New(mitm.Options{
+		s.interceptor, err = mitm.New(mitm.Options{
 			CA:                ca,
 			CertTTL:           ic.CertTTL,
 			CacheTTL:          ic.CertCacheTTL,
@@ -165,19 +205,24 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 }
 
 // Ready reports what /healthz answers: secrets present, listeners bound,
-// and not shutting down.
+// no listener failed, and not shutting down.
 func (s *Server) Ready() bool {
-	return s.secretsReady.Load() && s.serving.Load() && !s.draining.Load()
+	return s.secretsReady.Load() && s.serving.Load() && !s.failed.Load() && !s.draining.Load()
 }
 
-// Bound is closed once every listener is bound; Addrs is valid after it.
+// Bound is closed once Run has bound every listener or failed to; Addrs
+// tells which.
 func (s *Server) Bound() <-chan struct{} { return s.bound }
 
-// Addrs returns the bound addresses (valid after Bound is closed).
-func (s *Server) Addrs() Addrs { <-s.bound; return s.addrs }
-
-// Secrets returns the secret store (for tests and the explain command).
-func (s *Server) Secrets() *secrets.Store { return s.store }
+// Addrs waits until Run has bound every listener or failed to, and returns
+// the bound addresses or the error that stopped Run before serving.
+func (s *Server) Addrs() (Addrs, error) {
+	<-s.bound
+	if s.bindErr != nil {
+		return Addrs{}, s.bindErr
+	}
+	return s.addrs, nil
+}
 
 type namedServer struct {
 	name string
@@ -186,72 +231,41 @@ type namedServer struct {
 }
 
 // Run binds every listener (any failure is fatal), serves until ctx is
-// cancelled, then drains: readiness turns 503 at once, every listener stops
-// accepting together, idle keep-alive connections are closed, in-flight
-// requests get until the shutdown deadline.
-func (s *Server) Run(ctx context.Context) error {
-	cfg := s.cfg
-	limit := proxy.NewConnLimit(cfg.MaxConnections)
-	var servers []*namedServer
-	closeAll := func() {
-		for _, ns := range servers {
-			for _, ln := range ns.lns {
-				_ = ln.Close()
+// cancelled or a listener fails for good, then drains: readiness turns 503
+// at once, every listener stops accepting together, idle keep-alive
+// connections are closed, in-flight requests and hijacked connections get
+// until the shutdown deadline, and whatever is still open then is closed.
+// It returns the listener failure, if that is what ended it, so that the
+// process exits.
+func (s *Server) Run(ctx context.Context) (err error) {
+	defer func() {
+		if !s.serving.Load() {
+			s.bindErr = err
+			if s.bindErr == nil {
+				s.bindErr = errors.New("server stopped before binding")
 			}
 		}
-	}
-
-	// Metrics and health first in the list, but every bind happens before
-	// anything serves, so a bind failure leaves nothing half-running.
-	metricsLn, err := s.opts.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(cfg.MetricsPort))))
+		s.boundOnce.Do(func() { close(s.bound) })
+	}()
+	servers, limit, err := s.bind()
 	if err != nil {
-		return fmt.Errorf("binding metrics server on 127.0.0.1:%d: %w", cfg.MetricsPort, err)
-	}
-	adminSrv := &namedServer{name: "metrics", lns: []net.Listener{metricsLn}, srv: &http.Server{
-		Handler:           admin.NewHandler(s.metrics.Registry, s.Ready),
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       30 * time.Second,
-	}}
-	servers = append(servers, adminSrv)
-	s.addrs.Metrics = metricsLn.Addr()
-
-	proxyLns, err := s.bindAll(cfg.ListenAddr, cfg.ListenAddrExplicit, cfg.ListenPort)
-	if err != nil {
-		closeAll()
 		return err
 	}
-	plain := &namedServer{name: "proxy", srv: s.newHTTPServer(s.handler.Plain())}
-	for _, ln := range proxyLns {
-		plain.lns = append(plain.lns, limit.Listener(ln, s.logger, "connection limit reached, dropping connection"))
-		s.addrs.Proxy = append(s.addrs.Proxy, ln.Addr())
-	}
-	servers = append(servers, plain)
-
-	if s.icpt != nil {
-		ic := cfg.Interception
-		lns, err := s.bindAll(ic.ListenAddr, ic.ListenAddrExplicit, ic.ListenPort)
-		if err != nil {
-			closeAll()
+	if s.opts.ProbeKeyFile != "" {
+		if err := admin.WriteProbeKey(s.opts.ProbeKeyFile, s.probeKey); err != nil {
+			closeAll(servers)
 			return err
 		}
-		tlsCfg := s.icpt.TLSConfig()
-		icSrv := &namedServer{name: "https_interception", srv: s.newHTTPServer(s.handler.Intercepted())}
-		icSrv.srv.TLSConfig = tlsCfg
-		for _, ln := range lns {
-			limited := limit.Listener(ln, s.logger, "HTTPS interception connection limit reached, dropping connection")
-			icSrv.lns = append(icSrv.lns, proxy.NewTLSListener(limited, tlsCfg, ic.HandshakeTimeout, s.metrics, s.logger))
-			s.addrs.Intercept = append(s.addrs.Intercept, ln.Addr())
-		}
-		servers = append(servers, icSrv)
+		defer os.Remove(s.opts.ProbeKeyFile)
 	}
 
 	for _, a := range s.addrs.Proxy {
-		s.logger.Info("starting proxy server", slog.String("addr", a.String()))
+		s.logger.Info("starting proxy server", slog.String(telemetry.KeyAddr, a.String()))
 	}
 	for _, a := range s.addrs.Intercept {
-		s.logger.Info("starting HTTPS interception TLS listener", slog.String("addr", a.String()))
+		s.logger.Info("starting HTTPS interception TLS listener", slog.String(telemetry.KeyAddr, a.String()))
 	}
-	s.logger.Info("metrics server listening", slog.String("addr", s.addrs.Metrics.String()))
+	s.logger.Info("metrics server listening", slog.String(telemetry.KeyAddr, s.addrs.Metrics.String()))
 
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	watchDone := make(chan struct{})
@@ -263,7 +277,13 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
-	serveErr := make(chan error, 8)
+	n := 0
+	for _, ns := range servers {
+		n += len(ns.lns)
+	}
+	// One slot per listener: every serveListener can report and exit
+	// without a reader, so wg.Wait never blocks on the channel.
+	serveErr := make(chan error, n)
 	var wg sync.WaitGroup
 	for _, ns := range servers {
 		for _, ln := range ns.lns {
@@ -277,14 +297,90 @@ func (s *Server) Run(ctx context.Context) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
-		s.logger.Info("shutdown signal received, draining connections", slog.Int("in_flight", limit.InUse()))
+		s.logger.Info("shutdown signal received, draining connections", slog.Int(telemetry.KeyInFlight, limit.InUse()))
 	case runErr = <-serveErr:
+		s.failed.Store(true)
 		s.logger.Error("listener failed, shutting down", slog.String(telemetry.KeyError, runErr.Error()))
 	}
-	s.shutdown(servers, adminSrv)
+	s.shutdown(servers, limit)
 	wg.Wait()
 	s.logger.Info("proxy server stopped")
 	return runErr
+}
+
+func closeAll(servers []*namedServer) {
+	for _, ns := range servers {
+		for _, ln := range ns.lns {
+			_ = ln.Close()
+		}
+	}
+}
+
+// bind binds every listener and builds the three servers: admin first,
+// then plain proxy, then interception. Every bind happens before anything
+// serves, so a bind failure leaves nothing half-running.
+func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err error) {
+	cfg := s.cfg
+	defer func() {
+		if err != nil {
+			closeAll(servers)
+		}
+	}()
+	metricsLn, err := s.opts.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(cfg.MetricsPort))))
+	if err != nil {
+		return nil, nil, fmt.Errorf("binding metrics server on 127.0.0.1:%d: %w", cfg.MetricsPort, err)
+	}
+	pool := listener.NewIdlePool(adminMaxConnections, s.dropOptions(telemetry.ListenerAdmin, "admin port connection budget full, closing the longest-idle connection"))
+	servers = append(servers, &namedServer{name: "metrics", lns: []net.Listener{pool.Listener(metricsLn)}, srv: &http.Server{
+		Handler:           admin.NewHandler(s.metrics.Registry, s.Ready, s.probeKey),
+		ReadHeaderTimeout: adminReadHeaderTimeout,
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		MaxHeaderBytes:    adminMaxHeaderBytes,
+		ConnState:         pool.ConnState,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+	}})
+	s.addrs.Metrics = metricsLn.Addr()
+
+	limit = listener.NewConnLimit(cfg.MaxConnections)
+	proxyLns, err := s.bindAll(cfg.ListenAddr, cfg.ListenAddrExplicit, cfg.ListenPort)
+	if err != nil {
+		return servers, nil, err
+	}
+	plain := &namedServer{name: "proxy", srv: s.newHTTPServer(s.guard(telemetry.ListenerHTTP, s.handler.Plain()))}
+	for _, ln := range proxyLns {
+		limited := limit.Listener(ln, s.dropOptions(telemetry.ListenerHTTP, "connection limit reached, dropping connection"))
+		plain.lns = append(plain.lns, listener.ObserveEarlyErrors(limited, s.earlyError(telemetry.ListenerHTTP)))
+		s.addrs.Proxy = append(s.addrs.Proxy, ln.Addr())
+	}
+	servers = append(servers, plain)
+
+	if s.interceptor != nil {
+		ic := cfg.Interception
+		lns, err := s.bindAll(ic.ListenAddr, ic.ListenAddrExplicit, ic.ListenPort)
+		if err != nil {
+			return servers, nil, err
+		}
+		tlsCfg := s.interceptor.TLSConfig()
+		icSrv := &namedServer{name: "https_interception", srv: s.newHTTPServer(s.guard(telemetry.ListenerHTTPS, s.handler.Intercepted()))}
+		// TLSListener terminates TLS, but http.Server.Serve still needs the
+		// config: it serves HTTP/2 on a *tls.Conn only when
+		// TLSConfig.NextProtos lists "h2". Do not remove.
+		icSrv.srv.TLSConfig = tlsCfg
+		for _, ln := range lns {
+			limited := limit.Listener(ln, s.dropOptions(telemetry.ListenerHTTPS, "HTTPS interception connection limit reached, dropping connection"))
+			tl := listener.NewTLSListener(limited, tlsCfg, ic.HandshakeTimeout, s.metrics, s.logger)
+			icSrv.lns = append(icSrv.lns, listener.ObserveEarlyErrors(tl, s.earlyError(telemetry.ListenerHTTPS)))
+			s.addrs.Intercept = append(s.addrs.Intercept, ln.Addr())
+		}
+		servers = append(servers, icSrv)
+	}
+	return servers, limit, nil
+}
+
+func (s *Server) dropOptions(name, msg string) listener.DropOptions {
+	return listener.DropOptions{Name: name, Logger: s.logger, Message: msg, OnDrop: s.sm.ConnectionsDropped.WithLabelValues(name).Inc}
 }
 
 func serveListener(wg *sync.WaitGroup, ns *namedServer, ln net.Listener, errs chan<- error) {
@@ -296,26 +392,40 @@ func serveListener(wg *sync.WaitGroup, ns *namedServer, ln net.Listener, errs ch
 
 // shutdown drains the proxy listeners together within one deadline, then
 // the metrics server (so /healthz shows 503 during the drain).
-func (s *Server) shutdown(servers []*namedServer, adminSrv *namedServer) {
+// http.Server.Shutdown neither waits for nor closes hijacked connections
+// (WebSocket tunnels): they get until the same deadline to end, then the
+// connection limit, which tracks every proxy connection, closes them
+// (TestShutdownClosesHijackedAtDeadline).
+func (s *Server) shutdown(servers []*namedServer, limit *listener.ConnLimit) {
 	s.draining.Store(true)
 	deadline := s.cfg.Timeouts.Shutdown
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
+	adminSrv, proxies := servers[0], servers[1:]
 	var wg sync.WaitGroup
-	for _, ns := range servers {
-		if ns == adminSrv {
-			continue
-		}
+	for _, ns := range proxies {
 		wg.Add(1)
 		go func(ns *namedServer) {
 			defer wg.Done()
 			if err := ns.srv.Shutdown(ctx); err != nil {
-				s.logger.Warn("drain timeout reached, closing remaining connections", slog.String("listener", ns.name))
+				s.logger.Warn("drain timeout reached, closing remaining connections", slog.String(telemetry.KeyListener, ns.name))
 				_ = ns.srv.Close()
 			}
 		}(ns)
 	}
 	wg.Wait()
+	if !limit.Wait(ctx) {
+		// The proxy handler closes its upgrade tunnels first, so each one's
+		// decision line says reason=shutdown; the limit then closes
+		// whatever is left, hijacked or not.
+		s.handler.CloseTunnels()
+		n := limit.CloseAll()
+		s.logger.Warn("drain timeout reached, closing hijacked connections", slog.Int(telemetry.KeyCount, n))
+	}
+	// Repeated-denial summaries still pending in their one-second window
+	// are written now, before the process exits (the metrics have them
+	// already).
+	s.handler.FlushLogs()
 	s.logger.Info("all connections drained")
 	actx, acancel := context.WithTimeout(context.Background(), time.Second)
 	defer acancel()
@@ -330,6 +440,13 @@ func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 		ReadHeaderTimeout: s.cfg.Timeouts.DownstreamReadHeader,
 		IdleTimeout:       s.cfg.Timeouts.DownstreamIdle,
 		MaxHeaderBytes:    64 << 10, // the reference's 64 KiB request-head cap
+		// Explicit, so that max_connections × streams is a number the
+		// operator chose (Go's default is 250); WriteByteTimeout closes a
+		// connection on which nothing can be written at all.
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: s.cfg.HTTP2MaxConcurrentStreams,
+			WriteByteTimeout:     s.cfg.Timeouts.DownstreamWrite,
+		},
 		// "OPTIONS *" must reach the pipeline (and be refused with 400), not
 		// be answered 200 by net/http on BotBox's behalf.
 		DisableGeneralOptionsHandler: true,
@@ -357,7 +474,7 @@ func (s *Server) bindAll(addr netip.Addr, explicit bool, port uint16) ([]net.Lis
 	ln6, err := s.opts.Listen("tcp", v6.String())
 	if err != nil {
 		if errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT) {
-			s.logger.Info("IPv6 loopback not available, listening on IPv4 only", slog.String("addr", v6.String()))
+			s.logger.Info("IPv6 loopback not available, listening on IPv4 only", slog.String(telemetry.KeyAddr, v6.String()))
 			return lns, nil
 		}
 		_ = ln.Close()

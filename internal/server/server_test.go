@@ -20,6 +20,7 @@ import (
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/botbox/botbox/internal/testutil/eventually"
 	"github.com/botbox/botbox/internal/testutil/logcapture"
 	"github.com/botbox/botbox/internal/testutil/testpki"
 	"github.com/botbox/botbox/internal/testutil/wsecho"
@@ -39,8 +40,10 @@ type harness struct {
 	origin    *httptest.Server
 	seen      chan http.Header
 	secretDir string
-	cancel    context.CancelFunc
-	done      chan error
+	// probeKeyFile is where the server wrote its probe key.
+	probeKeyFile string
+	cancel       context.CancelFunc
+	done         chan error
 }
 
 type harnessOpts struct {
@@ -49,6 +52,10 @@ type harnessOpts struct {
 	maxConnections int
 	writeSecret    bool
 	shutdown       int // seconds
+	// wrapListen, when set, wraps each bound listener; addr is the
+	// configured address (port 18080, 18443 or 19090) before the ephemeral
+	// port replaces it.
+	wrapListen func(addr string, ln net.Listener) net.Listener
 }
 
 func ephemeral(network, addr string) (net.Listener, error) {
@@ -147,10 +154,22 @@ egress_policy:
 	}
 	h.metrics = telemetry.NewMetrics()
 	originAddr := h.origin.Listener.Addr().String()
+	listen := ephemeral
+	if o.wrapListen != nil {
+		listen = func(network, addr string) (net.Listener, error) {
+			ln, err := ephemeral(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return o.wrapListen(addr, ln), nil
+		}
+	}
+	h.probeKeyFile = filepath.Join(dir, "probe.key")
 	h.srv, err = New(cfg, Options{
 		Logger:        telemetry.NewLogger(h.logs, nil),
 		Metrics:       h.metrics,
-		Listen:        ephemeral,
+		Listen:        listen,
+		ProbeKeyFile:  h.probeKeyFile,
 		UpstreamRoots: h.originCA.Pool(),
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -168,7 +187,10 @@ egress_policy:
 	case err := <-h.done:
 		t.Fatalf("Run: %v", err)
 	}
-	h.addrs = h.srv.Addrs()
+	h.addrs, err = h.srv.Addrs()
+	if err != nil {
+		t.Fatalf("Addrs: %v", err)
+	}
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -209,17 +231,7 @@ func (h *harness) health() (int, string) {
 
 func (h *harness) waitHealth(want int) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, body := h.health()
-		if code == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("/healthz = %d %q, want %d", code, body, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Eventually(h.t, 10*time.Second, func() bool { code, _ := h.health(); return code == want }, fmt.Sprintf("/healthz answers %d", want))
 }
 
 // interceptClient connects to the interception listener as an app whose
@@ -428,10 +440,9 @@ func TestInterceptionHandshakeRefusals(t *testing.T) {
 		t.Fatalf("allowed SNI: %v", err)
 	}
 	c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for (testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("io_error")) < 2 || testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("ok")) < 1) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		return testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("io_error")) >= 2 && testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("ok")) >= 1
+	}, "three handshakes counted")
 	if got := testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("io_error")); got != 2 {
 		t.Errorf("tls_handshakes{io_error} = %v, want 2", got)
 	}
@@ -455,10 +466,9 @@ func TestInterceptionHandshakeTimeout(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("connection not closed by the server: %v", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("timeout")) < 1 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		return testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("timeout")) >= 1
+	}, "handshake timeout counted")
 	if got := testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("timeout")); got != 1 {
 		t.Errorf("tls_handshakes{timeout} = %v, want 1 (io_error %v)", got, testutil.ToFloat64(h.metrics.TLSHandshakes.WithLabelValues("io_error")))
 	}
@@ -482,18 +492,13 @@ func TestConnectionLimitSharedAcrossListeners(t *testing.T) {
 		t.Fatal("second connection succeeded beyond max_connections")
 	}
 	held.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	eventually.Eventually(t, 5*time.Second, func() bool {
 		c, err := tls.Dial("tcp", h.addrs.Intercept[0].String(), &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test"})
 		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("permit not returned after close: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil
+	}, "permit returned after close")
 }
 
 // TestReadinessFollowsSecretsByEvent is AT-001/AT-003 in process: 503 while
@@ -596,19 +601,12 @@ func TestGracefulShutdown(t *testing.T) {
 		resp.Body.Close()
 		inflightBody = string(b)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(h.metrics.Requests.WithLabelValues("api.example.test", "allow")) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("in-flight request never reached the pipeline")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		return testutil.ToFloat64(h.metrics.Requests.WithLabelValues("api.example.test", "allow")) >= 1
+	}, "in-flight request reached the pipeline")
 	started := time.Now()
 	h.cancel()
-	deadline = time.Now().Add(5 * time.Second)
-	for !h.srv.draining.Load() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	eventually.Eventually(t, 5*time.Second, h.srv.draining.Load, "server draining")
 	if h.srv.Ready() {
 		t.Error("still ready while draining")
 	}
@@ -765,23 +763,18 @@ func TestSlowlorisCannotPinSlots(t *testing.T) {
 	if _, err := io.ReadAll(slow); err != nil {
 		t.Fatalf("slow client not disconnected: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.Eventually(t, 10*time.Second, func() bool {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+h.addrs.Proxy[0].String()+"/", nil)
 		req.Host = "api.example.test"
 		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
-		if err == nil {
-			b := body(t, resp)
-			if resp.StatusCode != 200 {
-				t.Fatalf("%d %s", resp.StatusCode, b)
-			}
-			break
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slot never freed: %v", err)
+		if b := body(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	}, "slot freed for the next client")
 }
 
 // TestMetricsBindFailureIsFatal is the §10.3 #7 regression.

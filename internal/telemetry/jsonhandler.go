@@ -11,18 +11,26 @@ import (
 	"unicode/utf8"
 )
 
-// jsonHandler is the handler behind NewLogger. It writes exactly the bytes
-// slog's JSONHandler (with replaceAttr) writes, but encodes the common
-// records itself: slog's handler calls ReplaceAttr for every attribute and
-// encodes float64 and []string values through encoding/json (reflection, a
-// boxed value), which made the per-request "proxy decision" line cost about
-// 3.6 µs. The fast path covers records whose attributes are all strings,
-// integers, booleans, durations, finite floats and []string, with non-empty
-// keys other than the built-in "time", "level" and "msg"; anything else (a
-// group, a LogValuer such as secrets.Value, an error, a time, any other
-// value) is handed, whole, to the wrapped slog.JSONHandler, so the output
-// and the redaction of LogValuers stay slog's. TestJSONHandlerMatchesSlog
-// and FuzzJSONHandlerMatchesSlog hold the two paths to identical output.
+// jsonHandler is the handler behind NewLogger.
+//
+// Contract: for every record it writes exactly the bytes that
+// slog.NewJSONHandler with replaceAttr writes, one complete line per
+// Write. Records whose attributes are all strings, integers, booleans,
+// durations, finite floats or []string, with non-empty keys other than
+// "time", "level" and "msg", are encoded here; any other record (a group, a
+// LogValuer such as secrets.Value, an error, a time, any other value) is
+// handed, whole, to the wrapped slog.JSONHandler, so redaction through
+// LogValue is always slog's own. TestJSONHandlerMatchesSlog and
+// FuzzJSONHandlerMatchesSlog hold the two paths byte-identical; a Go
+// release that changes slog's output fails them.
+//
+// Why not slog.JSONHandler alone: it calls ReplaceAttr for every attribute
+// and encodes float64 and []string through encoding/json, which makes the
+// per-request decision line the largest single cost of an allowed request.
+// It is kept because a same-run A/B of the proxy's request benchmark
+// (BenchmarkServePlainLogHandler) shows it earns far more than the 2% of
+// CPU per request that justifies such code; the numbers are in
+// docs/performance.md, "Decision line".
 type jsonHandler struct {
 	slow   slog.Handler // slog.NewJSONHandler on the same (locked) writer
 	level  slog.Leveler

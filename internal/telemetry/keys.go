@@ -1,9 +1,10 @@
 package telemetry
 
-// Log attribute keys. The first group are the reference's per-request field
-// names (drop-in contract, golden-tested); the second group are the keys of
-// the canonical decision line; the last group are the reference's lifecycle
-// and connection fields.
+// Log attribute keys, the one list of them. The first group are the
+// reference's per-request field names (drop-in contract); the second group
+// are the other keys of the canonical "proxy decision" line, whose real
+// output internal/proxy/testdata/decision.golden holds; the last group are
+// lifecycle and connection fields.
 const (
 	KeyRequestID       = "request_id"
 	KeyHost            = "host"
@@ -15,18 +16,34 @@ const (
 	KeyUpstreamStatus  = "upstream_status"
 	KeyError           = "error"
 
-	KeyListener        = "listener" // "http" or "https"
-	KeyPort            = "port"
-	KeyRule            = "rule"
-	KeyReason          = "reason"
-	KeyStatus          = "status"
-	KeyDurationMS      = "duration_ms"
-	KeyBytesIn         = "bytes_in"
-	KeyBytesOut        = "bytes_out"
-	KeySecretsInjected = "secrets_injected" // names, never values
-	KeyUpstreamAddr    = "upstream_addr"
+	KeyListener     = "listener" // "http" or "https"
+	KeyPort         = "port"
+	KeyRule         = "rule"
+	KeyReason       = "reason"
+	KeyStatus       = "status"
+	KeyDurationMS   = "duration_ms"
+	KeyBytesIn      = "bytes_in"
+	KeyBytesOut     = "bytes_out"
+	KeyUpstreamAddr = "upstream_addr" // IP:port actually dialled
+	KeyUpgrade      = "upgrade"       // the Upgrade token of a refused upgrade request
+	// KeyTruncated is true when a free-form field of the line (path, host
+	// as given, error) was cut to its bound; absent otherwise.
+	KeyTruncated = "truncated"
+	// KeyRepeated is, on a summary line, how many identical denials on
+	// the same connection were counted but not logged one by one.
+	KeyRepeated = "repeated"
 
 	KeyPeer       = "peer"        // client address; only on connection errors and limit drops
 	KeyAddr       = "addr"        // a listener's address
 	KeyConfigPath = "config_path" // the config file being loaded
+)
+
+// Keys of the listener and server lines (connection drops, sampled
+// rejections, accept retries).
+const (
+	KeyCount    = "count"     // events one sampled line stands for
+	KeyRetryIn  = "retry_in"  // back-off before the next Accept
+	KeyLimit    = "limit"     // the budget that was exhausted
+	KeyInFlight = "in_flight" // connections open when the drain starts
+	KeyField    = "field"     // a config key a start-up warning is about
 )

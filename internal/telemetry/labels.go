@@ -2,12 +2,21 @@ package telemetry
 
 import "strconv"
 
-// Values of the decision label of botbox_requests_total.
+// Values of the decision label of botbox_requests_total (and of the
+// decision field of the "proxy decision" log line). The first four are the
+// reference's; the denied_* values after them name BotBox's own rejections
+// on the interception listener (reference §3.2 step 4, which the reference
+// neither logged nor counted) and of upgrade requests.
 const (
 	DecisionAllow         = "allow"
 	DecisionDeny          = "deny"
 	DecisionDeniedConnect = "denied_connect"
 	DecisionDeniedNoHost  = "denied_no_host"
+
+	DecisionDeniedAbsoluteForm = "denied_absolute_form"
+	DecisionDeniedPort         = "denied_port"
+	DecisionDeniedHostMismatch = "denied_host_mismatch"
+	DecisionDeniedUpgrade      = "denied_upgrade"
 )
 
 // Host label values that are not a rule's host. A requested host that no
@@ -29,27 +38,30 @@ const (
 	HandshakeTimeout = "timeout"
 )
 
-// Values of the result label of botbox_https_interception_cert_issued_total.
-const (
-	CertIssued = "issued"
-	CertDenied = "denied"
-)
-
-// Values of the result label of botbox_https_interception_cert_cache_total.
-const (
-	CacheHit  = "hit"
-	CacheMiss = "miss"
-)
-
-// Values of the error_type label of botbox_https_interception_cert_error_total.
-const (
-	CertErrSigningFailed = "signing_failed"
-)
+// The result and error_type labels of the botbox_https_interception_cert_*
+// metrics take the values package mitm reports through its Observer
+// (mitm.CertResultIssued, …): mitm may not import telemetry, so those
+// constants live with their producer only.
 
 // Non-numeric values of the status_code label of botbox_upstream_errors_total.
 const (
 	UpstreamConnectionError = "connection_error"
 	UpstreamTimeout         = "timeout"
+	// UpstreamAddrDenied: the dial guard refused the address (package
+	// upstream's AddrDeniedError).
+	UpstreamAddrDenied = "addr_denied"
+)
+
+// Values of the reason label of botbox_requests_aborted_total: an allowed
+// request whose exchange broke after the decision. They are also the
+// reason field of its decision line.
+const (
+	// AbortUpstreamBody: reading the origin's response body failed (the
+	// origin reset or closed the connection mid-body).
+	AbortUpstreamBody = "upstream_body_error"
+	// AbortClientClosed: the agent went away (cancelled the request or
+	// closed its connection) before the response was complete.
+	AbortClientClosed = "client_closed"
 )
 
 const (

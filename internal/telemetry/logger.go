@@ -20,13 +20,9 @@ const (
 // queries written against the reference keep matching.
 const (
 	TargetMain         = "botbox"
-	TargetConfig       = "botbox::config"
 	TargetProxy        = "botbox::proxy"
 	TargetInterception = "botbox::https_interception"
 	TargetSecrets      = "botbox::secrets"
-	TargetMetrics      = "botbox::metrics"
-	TargetUpstream     = "botbox::upstream"
-	TargetNetfilter    = "botbox::netfilter"
 )
 
 // NewLogger returns a logger writing one JSON object per line to w, with the
@@ -41,7 +37,9 @@ const (
 // The output is byte for byte that of slog.NewJSONHandler with those key
 // renames; the common records (string, number, boolean and []string
 // attributes) are encoded by a faster path of this package (see jsonHandler)
-// that adds no allocation of its own. Use Logger.LogAttrs on hot paths.
+// that adds no allocation of its own. On hot paths use Logger.LogAttrs with
+// slog.Attr values (as the proxy's decision line does): it avoids boxing
+// key/value pairs.
 func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
 	return slog.New(newJSONHandler(w, level))
 }

@@ -28,9 +28,11 @@ type Metrics struct {
 
 	// Requests is botbox_requests_total{host,decision}. Pairs used:
 	// (rule host, DecisionAllow), (HostDefaultAllow, DecisionAllow),
-	// (HostDenied, DecisionDeny), (HostUnknown, DecisionDeniedConnect),
-	// (HostUnknown, DecisionDeniedNoHost). Allowed requests are best counted
-	// through ForHost.
+	// (HostDenied, DecisionDeny), (HostDenied, DecisionDeniedUpgrade),
+	// (HostUnknown, DecisionDeniedConnect), (HostUnknown,
+	// DecisionDeniedNoHost), (HostUnknown, DecisionDeniedAbsoluteForm,
+	// DecisionDeniedPort or DecisionDeniedHostMismatch). Allowed requests
+	// are best counted through ForHost.
 	Requests *prometheus.CounterVec
 	// RequestDuration is botbox_request_duration_seconds{host}, host being a
 	// rule host or HostDefaultAllow (unlike the reference, never the
@@ -47,16 +49,21 @@ type Metrics struct {
 	// HandshakeIOError or HandshakeTimeout, one per intercepted connection.
 	TLSHandshakes *prometheus.CounterVec
 	// CertIssued is botbox_https_interception_cert_issued_total{result}:
-	// CertIssued or CertDenied.
+	// mitm.CertResultIssued or mitm.CertResultDenied.
 	CertIssued *prometheus.CounterVec
 	// CertErrors is botbox_https_interception_cert_error_total{error_type}:
-	// CertErrSigningFailed.
+	// mitm.CertErrorSigningFailed.
 	CertErrors *prometheus.CounterVec
 	// CertCache is botbox_https_interception_cert_cache_total{result}:
-	// CacheHit or CacheMiss.
+	// mitm.CacheResultHit or mitm.CacheResultMiss.
 	CertCache *prometheus.CounterVec
 	// HostMismatch is botbox_https_interception_host_mismatch_total.
 	HostMismatch prometheus.Counter
+	// Aborted is botbox_requests_aborted_total{host,reason} (BotBox's own,
+	// not the reference's): allowed requests whose exchange broke after the
+	// decision, reason AbortUpstreamBody or AbortClientClosed; host as in
+	// ForHost. Their decision line says the same, at WARN.
+	Aborted *prometheus.CounterVec
 
 	hosts sync.Map // host label -> *HostMetrics
 }
@@ -109,6 +116,10 @@ func NewMetrics() *Metrics {
 			Name: "botbox_https_interception_host_mismatch_total",
 			Help: "Total HTTPS interception SNI/Host mismatches",
 		}),
+		Aborted: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "botbox_requests_aborted_total",
+			Help: "Total allowed requests aborted after the decision (upstream body error or client gone)",
+		}, []string{"host", "reason"}),
 	}
 }
 

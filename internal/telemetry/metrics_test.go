@@ -36,12 +36,16 @@ func exerciseAll(m *Metrics) {
 	m.TLSHandshakes.WithLabelValues(HandshakeOK).Inc()
 	m.TLSHandshakes.WithLabelValues(HandshakeIOError).Inc()
 	m.TLSHandshakes.WithLabelValues(HandshakeTimeout).Inc()
-	m.CertIssued.WithLabelValues(CertIssued).Inc()
-	m.CertIssued.WithLabelValues(CertDenied).Inc()
-	m.CertErrors.WithLabelValues(CertErrSigningFailed).Inc()
-	m.CertCache.WithLabelValues(CacheHit).Inc()
-	m.CertCache.WithLabelValues(CacheMiss).Inc()
+	// mitm's label values (mitm.CertResultIssued, …), which telemetry may
+	// not import.
+	m.CertIssued.WithLabelValues("issued").Inc()
+	m.CertIssued.WithLabelValues("denied").Inc()
+	m.CertErrors.WithLabelValues("signing_failed").Inc()
+	m.CertCache.WithLabelValues("hit").Inc()
+	m.CertCache.WithLabelValues("miss").Inc()
 	m.HostMismatch.Inc()
+	m.Aborted.WithLabelValues("api.example.com", AbortUpstreamBody).Inc()
+	m.Aborted.WithLabelValues(HostDefaultAllow, AbortClientClosed).Inc()
 }
 
 // lintAllowed lists promlint objections to names and help strings the

@@ -101,6 +101,12 @@ type podConfig struct {
 	noInstall bool
 	// noBotBox does not start BotBox.
 	noBotBox bool
+	// mldGroups are IPv6 groups whose MLD reports the origin records
+	// (e2e-origin -mld-group).
+	mldGroups []string
+	// icmp6 makes the origin record ICMPv6 destination-unreachable and
+	// echo-request messages (e2e-origin -icmp6).
+	icmp6 bool
 }
 
 // pod is one "pod" namespace and its "net" namespace, with everything
@@ -265,9 +271,16 @@ func (p *pod) startOrigin(t *testing.T) {
 			return d.DialContext(ctx, "unix", sock)
 		}},
 	}
-	p.origin = startProc(t, "origin", p.dir, nil, "ip", "netns", "exec", p.netNS, p.bins.origin,
+	argv := []string{"ip", "netns", "exec", p.netNS, p.bins.origin,
 		"-addr", p.netIP4.String(), "-addr", p.netIP4b.String(), "-addr", p.netIP6.String(),
-		"-cert", certPath, "-key", keyPath, "-control", sock)
+		"-cert", certPath, "-key", keyPath, "-control", sock}
+	for _, g := range p.cfg.mldGroups {
+		argv = append(argv, "-mld-group", g)
+	}
+	if p.cfg.icmp6 {
+		argv = append(argv, "-icmp6")
+	}
+	p.origin = startProc(t, "origin", p.dir, nil, argv...)
 	deadline := time.Now().Add(startupTimeout)
 	for {
 		if _, err := p.fetchEvents(0); err == nil {
@@ -345,7 +358,7 @@ func (p *pod) writeConfig(t *testing.T) {
 // listener accepts connections.
 func (p *pod) startBotBox(t *testing.T) {
 	t.Helper()
-	env := append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, p.cfg.botboxEnv...)
+	env := append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", p.probeKeyEnv(t)}, p.cfg.botboxEnv...)
 	p.botbox = startProc(t, "botbox", p.dir, env, "ip", "netns", "exec", p.podNS,
 		"setpriv", "--reuid", strconv.Itoa(uidBotBox), "--regid", strconv.Itoa(uidBotBox), "--clear-groups",
 		p.bins.botbox, "--config", p.configPath)
@@ -387,10 +400,25 @@ func (p *pod) startBotBox(t *testing.T) {
 }
 
 // probe runs `botbox probe` against the health endpoint inside the pod, as
-// the exec readiness probe of the deployment does.
+// the exec readiness probe of the deployment does: in BotBox's container
+// (its UID), where the per-start probe key is readable.
 func (p *pod) probe(t *testing.T) (stdout, stderr string, code int) {
 	t.Helper()
-	return p.run(t, p.podNS, uidApp, nil, p.bins.botbox, "probe", "http://127.0.0.1:9090/healthz")
+	return p.run(t, p.podNS, uidBotBox, []string{p.probeKeyEnv(t)}, p.bins.botbox, "probe", "http://127.0.0.1:9090/healthz")
+}
+
+// probeKeyEnv names this pod's probe key file, in a directory only BotBox's
+// UID can use (as BotBox's own container filesystem is in a real Pod).
+func (p *pod) probeKeyEnv(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(p.dir, "botbox-run")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uidBotBox, uidBotBox); err != nil {
+		t.Fatal(err)
+	}
+	return "BOTBOX_PROBE_KEY_FILE=" + filepath.Join(dir, "probe.key")
 }
 
 // dumpLogs shows what the processes said, for a failed test.
@@ -415,9 +443,20 @@ func (p *pod) dumpLogs(t *testing.T) {
 // returns its output and exit status.
 func (p *pod) run(t *testing.T, ns string, uid int, env []string, argv ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return p.runCaps(t, ns, uid, nil, env, argv...)
+}
+
+// runCaps is run with the given capabilities (e.g. "net_raw") kept as
+// ambient capabilities across the UID change, as a container runtime that
+// grants them would.
+func (p *pod) runCaps(t *testing.T, ns string, uid int, caps []string, env []string, argv ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	full := []string{"ip", "netns", "exec", ns}
 	if uid != uidRoot {
 		full = append(full, "setpriv", "--reuid", strconv.Itoa(uid), "--regid", strconv.Itoa(uid), "--clear-groups")
+		for _, c := range caps {
+			full = append(full, "--inh-caps", "+"+c, "--ambient-caps", "+"+c)
+		}
 	}
 	full = append(full, argv...)
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
@@ -447,6 +486,20 @@ func (p *pod) client(t *testing.T, uid int, mode string, args ...string) wire.Re
 	var r wire.Result
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
 		t.Fatalf("e2e-client %s %v as UID %d: exit %d\nstdout: %s\nstderr: %s", mode, args, uid, code, out, errOut)
+	}
+	if r.UID != uid {
+		t.Fatalf("e2e-client ran as UID %d, want %d", r.UID, uid)
+	}
+	return r
+}
+
+// clientCaps is client with ambient capabilities (see runCaps).
+func (p *pod) clientCaps(t *testing.T, uid int, caps []string, mode string, args ...string) wire.Result {
+	t.Helper()
+	out, errOut, code := p.runCaps(t, p.podNS, uid, caps, nil, append([]string{p.bins.client, mode}, args...)...)
+	var r wire.Result
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+		t.Fatalf("e2e-client %s %v as UID %d with %v: exit %d\nstdout: %s\nstderr: %s", mode, args, uid, caps, code, out, errOut)
 	}
 	if r.UID != uid {
 		t.Fatalf("e2e-client ran as UID %d, want %d", r.UID, uid)

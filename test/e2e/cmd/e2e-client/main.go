@@ -7,8 +7,17 @@
 //
 //	http  -url URL [-method M] [-H 'Name: value']... [-host H] [-sni S] [-cacert F] [-proxy URL] [-data D]
 //	tcp   -addr HOST:PORT            connect and hang up
-//	udp   -addr HOST:PORT -payload P send one datagram
+//	udp   -addr HOST:PORT -payload P [-src IP]   send one datagram; -src binds
+//	                                 that source address with IP(V6)_FREEBIND
+//	                                 (no privilege needed: a foreign source)
 //	raw   -addr HOST:PORT -data D [-tls -sni S -cacert F]   write D, read one HTTP response
+//	udplite -addr HOST:PORT -payload P   send one UDP-Lite (IP protocol 136) datagram
+//	rawip -addr IP -proto N -payload P   send one raw IP packet of protocol N (needs CAP_NET_RAW)
+//	join  -addr GROUP...             join IPv6/IPv4 multicast groups on the default route's
+//	                                 interface (the kernel announces them), then leave
+//	listen -addr HOST:PORT...        listen (a squatter): print "ready", then one JSON
+//	                                 wire.Result line per accepted connection, answering
+//	                                 each with a 200; runs until killed
 //	ping  -addr IP                   one ICMP echo (unprivileged ping socket); Connected = reply received
 //	wait  -addr HOST:PORT...         poll until every address accepts a connection
 //	loop  -url URL -header-of NAME -stop-value V [-after N] [-duration D]   request loop
@@ -58,11 +67,12 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 // opts are the flags shared by every mode.
 type opts struct {
 	url, method, host, sni, cacert, proxy, data string
+	src                                         string
 	addrs, headers                              listFlag
 	payload, headerOf, stopValue                string
 	useTLS                                      bool
 	connectTimeout, timeout, duration, interval time.Duration
-	after                                       int
+	after, proto                                int
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -84,12 +94,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.data, "data", "", "request body (raw: the bytes to send)")
 	fs.Var(&o.addrs, "addr", "HOST:PORT (repeatable for wait)")
 	fs.StringVar(&o.payload, "payload", "e2e", "UDP payload")
+	fs.StringVar(&o.src, "src", "", "udp: source address, bound with IP(V6)_FREEBIND")
 	fs.BoolVar(&o.useTLS, "tls", false, "raw: speak TLS")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 1500*time.Millisecond, "TCP connect timeout")
 	fs.DurationVar(&o.timeout, "timeout", 8*time.Second, "overall timeout")
 	fs.StringVar(&o.headerOf, "header-of", "", "loop: the echoed request header to track")
 	fs.StringVar(&o.stopValue, "stop-value", "", "loop: stop after this value was seen -after times")
 	fs.IntVar(&o.after, "after", 5, "loop: how many times the stop value must be seen")
+	fs.IntVar(&o.proto, "proto", 253, "rawip: IP protocol number")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "loop: deadline")
 	fs.DurationVar(&o.interval, "interval", 20*time.Millisecond, "loop: pause between requests")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -105,6 +117,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		out = doUDP(o)
 	case "raw":
 		out = doRaw(o)
+	case "udplite":
+		out = doUDPLite(o)
+	case "rawip":
+		out = doRawIP(o)
+	case "listen":
+		return doListen(o, stdout, stderr)
+	case "join":
+		out = doJoin(o)
 	case "ping":
 		out = doPing(o)
 	case "wait":
@@ -297,7 +317,17 @@ func doUDP(o opts) wire.Result {
 		fail(&r, errors.New("udp needs exactly one -addr"))
 		return r
 	}
-	c, err := net.Dial("udp", o.addrs[0])
+	var d net.Dialer
+	if o.src != "" {
+		src, err := netip.ParseAddr(o.src)
+		if err != nil {
+			fail(&r, err)
+			return r
+		}
+		d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		d.Control = freebind(src.Is6())
+	}
+	c, err := d.Dial("udp", o.addrs[0])
 	if err != nil {
 		fail(&r, err)
 		return r
@@ -310,6 +340,26 @@ func doUDP(o opts) wire.Result {
 	}
 	r.Connected = true
 	return r
+}
+
+// freebind sets IP_FREEBIND or IPV6_FREEBIND before the bind: the socket
+// may then use an address that is not the host's, without any capability.
+func freebind(v6 bool) func(network, address string, c syscall.RawConn) error {
+	const ipFreebind, ipv6Freebind = 15, 78 // linux/in.h, linux/in6.h
+	return func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			if v6 {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, ipv6Freebind, 1)
+			} else {
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipFreebind, 1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}
 }
 
 func doRaw(o opts) wire.Result {
@@ -352,6 +402,144 @@ func doRaw(o opts) wire.Result {
 	defer resp.Body.Close()
 	fillResponse(&r, resp)
 	return r
+}
+
+// ipprotoUDPLite is IPPROTO_UDPLITE (the syscall package has no name for it).
+const ipprotoUDPLite = 136
+
+// doUDPLite sends one datagram from a SOCK_DGRAM socket of protocol 136,
+// which any unprivileged user may create. Connected = the kernel accepted
+// it (a DROP in OUTPUT makes sendto fail with EPERM).
+func doUDPLite(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	if len(o.addrs) != 1 {
+		fail(&r, errors.New("udplite needs exactly one -addr"))
+		return r
+	}
+	ap, err := netip.ParseAddrPort(o.addrs[0])
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	family := syscall.AF_INET6
+	var sa syscall.Sockaddr = &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	if ap.Addr().Is4() {
+		family = syscall.AF_INET
+		sa = &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, ipprotoUDPLite)
+	if err != nil {
+		fail(&r, fmt.Errorf("udplite socket: %w", err))
+		return r
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Sendto(fd, []byte(o.payload), 0, sa); err != nil {
+		fail(&r, fmt.Errorf("udplite sendto %s: %w", ap, err))
+		return r
+	}
+	r.Connected = true
+	return r
+}
+
+// doRawIP sends one IP packet of protocol -proto with the payload as its
+// body (a raw socket: CAP_NET_RAW).
+func doRawIP(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	if len(o.addrs) != 1 {
+		fail(&r, errors.New("rawip needs exactly one -addr"))
+		return r
+	}
+	dst, err := netip.ParseAddr(o.addrs[0])
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	network := fmt.Sprintf("ip4:%d", o.proto)
+	if dst.Is6() {
+		network = fmt.Sprintf("ip6:%d", o.proto)
+	}
+	c, err := net.DialIP(network, nil, &net.IPAddr{IP: dst.AsSlice()})
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(o.payload)); err != nil {
+		fail(&r, err)
+		return r
+	}
+	r.Connected = true
+	return r
+}
+
+// doJoin joins each -addr group, as any unprivileged process may, on the
+// interface of the default route; the kernel sends its membership report
+// (MLDv1 at once, MLDv2/IGMPv3 a moment later) on the process's behalf.
+// Connected = every join succeeded. The groups are left at exit.
+func doJoin(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	var conns []net.PacketConn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for _, a := range o.addrs {
+		g, err := netip.ParseAddr(a)
+		if err != nil || !g.IsMulticast() {
+			fail(&r, fmt.Errorf("bad group %q", a))
+			return r
+		}
+		network := "udp6"
+		if g.Is4() {
+			network = "udp4"
+		}
+		c, err := net.ListenMulticastUDP(network, nil, &net.UDPAddr{IP: g.AsSlice()}) // nil: the default interface
+		if err != nil {
+			fail(&r, fmt.Errorf("joining %s: %w", g, err))
+			return r
+		}
+		conns = append(conns, c)
+	}
+	r.Connected = true
+	return r
+}
+
+// doListen is a squatter: it listens on every -addr, prints "ready", then a
+// wire.Result line (Local, and Body = the peer) per accepted connection and
+// answers it with a 200 and a forged body. It returns only on a listen
+// error.
+func doListen(o opts, stdout, stderr io.Writer) int {
+	var lns []net.Listener
+	for _, a := range o.addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			fmt.Fprintf(stderr, "listen %s: %v\n", a, err)
+			return 1
+		}
+		lns = append(lns, ln)
+	}
+	lines := make(chan string)
+	for _, ln := range lns {
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				b, _ := json.Marshal(wire.Result{UID: os.Getuid(), Connected: true, Local: c.LocalAddr().String(), Body: c.RemoteAddr().String()})
+				lines <- string(b)
+				_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nforged\n")
+				_ = c.Close()
+			}
+		}()
+	}
+	fmt.Fprintln(stdout, "ready")
+	for l := range lines {
+		fmt.Fprintln(stdout, l)
+	}
+	return 0
 }
 
 // doPing sends one ICMP echo request over an unprivileged ping socket (the

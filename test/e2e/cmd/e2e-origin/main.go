@@ -6,7 +6,21 @@
 //     -http-ports: every request is answered with a JSON echo of its method,
 //     path, Host and headers (wire.Echo);
 //   - a bare TCP service on -tcp-ports (a banner, then close);
-//   - UDP on -udp-ports, echoing each datagram back.
+//   - UDP on -udp-ports, echoing each datagram back;
+//   - UDP-Lite (IP protocol 136) on -udplite-ports, and raw IP of protocol
+//     -raw-proto (an unassigned number by default), recording what arrives
+//     (the packet filter must drop both from the app);
+//   - with -mld-groups, the MLD reports for those groups (and every MLDv2
+//     report, whose groups are inside the payload) that reach its IPv6
+//     interface; with -mld-groups or -icmp6, also every ICMPv6
+//     destination-unreachable and echo-request message that reaches it.
+//
+// A request for /sse/ID is answered with a server-sent event stream: event
+// "one", then, once the test releases ID (POST /release?id=ID on the
+// control socket) or after sseHold, event "two" naming which of the two
+// happened, and the end of the response. A test that releases ID only after
+// its client has shown event "one" proves the stream is not buffered on the
+// way, without measuring time.
 //
 // Everything that arrives is recorded as a wire.Event the moment it arrives
 // (TCP connections at accept, before any TLS), so a test can assert that
@@ -36,6 +50,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv6"
 
 	"github.com/botbox/botbox/test/e2e/internal/wire"
 )
@@ -78,6 +95,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	httpPorts := fs.String("http-ports", "80", "plain HTTP ports")
 	tcpPorts := fs.String("tcp-ports", "22,53", "bare TCP ports")
 	udpPorts := fs.String("udp-ports", "443,9999,53", "UDP echo ports")
+	udpLitePorts := fs.String("udplite-ports", "9999", "UDP-Lite ports")
+	rawProto := fs.Int("raw-proto", 253, "IP protocol number of the raw listener (0: none)")
+	var mldGroups listFlag
+	fs.Var(&mldGroups, "mld-group", "IPv6 multicast group whose MLD reports are recorded (repeatable)")
+	icmp6 := fs.Bool("icmp6", false, "record ICMPv6 destination-unreachable and echo-request messages")
 	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
 	keyFile := fs.String("key", "", "PEM private key for HTTPS")
 	control := fs.String("control", "", "unix socket for the event record")
@@ -95,6 +117,18 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		o.close()
 		return 1
 	}
+	if err := o.startOther(addrs, *udpLitePorts, *rawProto); err != nil {
+		logger.Print(err)
+		o.close()
+		return 1
+	}
+	if len(mldGroups) > 0 || *icmp6 {
+		if err := o.startMLD(addrs, mldGroups); err != nil {
+			logger.Print(err)
+			o.close()
+			return 1
+		}
+	}
 	logger.Printf("ready on %v", []string(addrs))
 	<-ctx.Done()
 	o.close()
@@ -107,6 +141,38 @@ type origin struct {
 	mu      sync.Mutex
 	events  []wire.Event
 	closers []io.Closer
+	gates   map[string]chan struct{} // /sse/ID streams waiting for POST /release?id=ID
+}
+
+// sseHold is how long an /sse/ stream waits for its release before it goes
+// on anyway (and says so): a bound for a broken test, not a measurement.
+const sseHold = 15 * time.Second
+
+// gate returns the release channel of an /sse/ stream id.
+func (o *origin) gate(id string) chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.gates == nil {
+		o.gates = map[string]chan struct{}{}
+	}
+	g, ok := o.gates[id]
+	if !ok {
+		g = make(chan struct{})
+		o.gates[id] = g
+	}
+	return g
+}
+
+// release lets the /sse/ stream id send its second event (once).
+func (o *origin) release(id string) {
+	g := o.gate(id)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	select {
+	case <-g:
+	default:
+		close(g)
+	}
 }
 
 func (o *origin) start(addrs []string, tlsPorts, httpPorts, tcpPorts, udpPorts, certFile, keyFile, control string) error {
@@ -259,8 +325,35 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 		ev.SNI = r.TLS.ServerName
 	}
 	ev = o.record(ev)
+	if id, ok := strings.CutPrefix(r.URL.Path, "/sse/"); ok {
+		o.serveSSE(w, r, id)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.Echo{Seq: ev.Seq, Method: r.Method, Path: r.URL.Path, Host: r.Host, TLS: r.TLS != nil, Headers: r.Header})
+}
+
+// serveSSE streams event "one", waits for the release of id (or sseHold),
+// then sends event "two" saying which came first.
+func (o *origin) serveSSE(w http.ResponseWriter, r *http.Request, id string) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = io.WriteString(w, "data: one\n\n")
+	flusher.Flush()
+	how := "released"
+	select {
+	case <-o.gate(id):
+	case <-time.After(sseHold):
+		how = "not-released"
+	case <-r.Context().Done():
+		return
+	}
+	_, _ = io.WriteString(w, "data: two "+how+"\n\n")
 }
 
 // serveBanner accepts connections, greets and closes them.
@@ -292,9 +385,212 @@ func (o *origin) serveUDP(pc *net.UDPConn) {
 	}
 }
 
+// ipprotoUDPLite is IPPROTO_UDPLITE (the syscall package has no name for it).
+const ipprotoUDPLite = 136
+
+// startOther opens the UDP-Lite and raw IP listeners on every address.
+func (o *origin) startOther(addrs []string, udpLitePorts string, rawProto int) error {
+	lp, err := ports(udpLitePorts)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return fmt.Errorf("bad -addr %q: %w", a, err)
+		}
+		for _, p := range lp {
+			pc, err := listenUDPLite(netip.AddrPortFrom(ip, uint16(p)))
+			if err != nil {
+				return err
+			}
+			o.closers = append(o.closers, pc)
+			go o.serveDatagrams(pc, wire.KindUDPLite, pc.LocalAddr().String())
+		}
+		if rawProto > 0 {
+			network := "ip4:" + strconv.Itoa(rawProto)
+			if ip.Is6() {
+				network = "ip6:" + strconv.Itoa(rawProto)
+			}
+			pc, err := net.ListenIP(network, &net.IPAddr{IP: ip.AsSlice()})
+			if err != nil {
+				return fmt.Errorf("listening on %s %s: %w", network, ip, err)
+			}
+			o.closers = append(o.closers, pc)
+			go o.serveDatagrams(pc, wire.KindRaw, netip.AddrPortFrom(ip, 0).String())
+		}
+	}
+	return nil
+}
+
+// listenUDPLite binds a UDP-Lite socket: a SOCK_DGRAM socket of protocol
+// 136, which the net package then drives like a UDP socket.
+func listenUDPLite(ap netip.AddrPort) (net.PacketConn, error) {
+	family := syscall.AF_INET6
+	var sa syscall.Sockaddr = &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+	if ap.Addr().Is4() {
+		family = syscall.AF_INET
+		sa = &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, ipprotoUDPLite)
+	if err != nil {
+		return nil, fmt.Errorf("udplite socket for %s: %w", ap, err)
+	}
+	if err := syscall.Bind(fd, sa); err != nil {
+		_ = syscall.Close(fd)
+		return nil, fmt.Errorf("binding udplite %s: %w", ap, err)
+	}
+	f := os.NewFile(uintptr(fd), "udplite")
+	defer f.Close()
+	pc, err := net.FilePacketConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("udplite %s: %w", ap, err)
+	}
+	return pc, nil
+}
+
+// serveDatagrams records every packet that arrives on pc as kind.
+func (o *origin) serveDatagrams(pc net.PacketConn, kind, local string) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		remote := from.String()
+		if ia, ok := from.(*net.IPAddr); ok {
+			if a, ok := netip.AddrFromSlice(ia.IP); ok {
+				remote = netip.AddrPortFrom(a.Unmap(), 0).String()
+			}
+		}
+		o.record(wire.Event{Kind: kind, Local: local, Remote: remote, Payload: string(buf[:n])})
+	}
+}
+
+// startMLD listens for ICMPv6 on the interface of the first IPv6 -addr and
+// joins ff02::16 (where MLDv2 reports go) and every group (where MLDv1
+// reports for it go), so that the kernel delivers those reports here.
+func (o *origin) startMLD(addrs, groups []string) error {
+	var ifi *net.Interface
+	for _, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil || !ip.Is6() {
+			continue
+		}
+		if ifi, err = interfaceOf(ip); err != nil {
+			return err
+		}
+		break
+	}
+	if ifi == nil {
+		return errors.New("-mld-group needs an IPv6 -addr")
+	}
+	c, err := icmp.ListenPacket("ip6:ipv6-icmp", "::")
+	if err != nil {
+		return fmt.Errorf("listening for ICMPv6: %w", err)
+	}
+	o.closers = append(o.closers, c)
+	pc := c.IPv6PacketConn()
+	if err := pc.SetControlMessage(ipv6.FlagDst, true); err != nil {
+		return fmt.Errorf("ICMPv6 control messages: %w", err)
+	}
+	for _, g := range append([]string{"ff02::16"}, groups...) {
+		ip, err := netip.ParseAddr(g)
+		if err != nil || !ip.IsMulticast() {
+			return fmt.Errorf("bad -mld-group %q", g)
+		}
+		if err := pc.JoinGroup(ifi, &net.IPAddr{IP: ip.AsSlice()}); err != nil {
+			return fmt.Errorf("joining %s on %s: %w", g, ifi.Name, err)
+		}
+	}
+	go o.serveMLD(pc)
+	return nil
+}
+
+// interfaceOf returns the interface that holds ip.
+func interfaceOf(ip netip.Addr) (*net.Interface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, err
+	}
+	for i := range ifs {
+		addrs, _ := ifs[i].Addrs()
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr() == ip {
+				return &ifs[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no interface has %s", ip)
+}
+
+// serveMLD records MLD reports: an MLDv1 report (131) names its group at
+// offset 8; an MLDv2 report (143) carries records of 20 bytes plus sources
+// and auxiliary data, the group at offset 4 of each.
+func (o *origin) serveMLD(pc *ipv6.PacketConn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, cm, src, err := pc.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		msg := buf[:n]
+		from := src.String()
+		if ia, ok := src.(*net.IPAddr); ok {
+			if a, ok := netip.AddrFromSlice(ia.IP); ok {
+				from = netip.AddrPortFrom(a.WithZone(ia.Zone), 0).String()
+			}
+		}
+		record := func(typ string, group []byte) {
+			if g, ok := netip.AddrFromSlice(group); ok {
+				o.record(wire.Event{Kind: wire.KindMLD, Local: netip.AddrPortFrom(g, 0).String(), Remote: from, Payload: typ})
+			}
+		}
+		switch {
+		case len(msg) >= 8 && (msg[0] == 1 || msg[0] == 128):
+			// The data after the 8-byte header: the echo data, or the
+			// quoted packet (IPv6 header, then UDP header and payload).
+			data := msg[8:]
+			if msg[0] == 1 && len(data) >= 48 {
+				data = data[48:]
+			}
+			local := ""
+			if cm != nil && cm.Dst != nil {
+				if a, ok := netip.AddrFromSlice(cm.Dst); ok {
+					local = netip.AddrPortFrom(a, 0).String()
+				}
+			}
+			o.record(wire.Event{Kind: wire.KindICMPv6, Local: local, Remote: from, Payload: strconv.Itoa(int(msg[0])) + " " + string(data)})
+		case len(msg) >= 24 && msg[0] == 131:
+			record("131", msg[8:24])
+		case len(msg) >= 8 && msg[0] == 143:
+			records := int(msg[6])<<8 | int(msg[7])
+			off := 8
+			for range records {
+				if off+20 > len(msg) {
+					break
+				}
+				aux, nsrc := int(msg[off+1]), int(msg[off+2])<<8|int(msg[off+3])
+				record("143", msg[off+4:off+20])
+				off += 20 + 16*nsrc + 4*aux
+			}
+		}
+	}
+}
+
 // serveEvents is the control endpoint: GET /events?since=N returns the
 // events with Seq > N.
 func (o *origin) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/release" && r.Method == http.MethodPost {
+		o.release(r.URL.Query().Get("id"))
+		return
+	}
 	if r.URL.Path != "/events" {
 		http.NotFound(w, r)
 		return

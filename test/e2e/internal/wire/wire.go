@@ -16,6 +16,18 @@ const (
 	KindTCP  = "tcp"  // a TCP connection was accepted (before any TLS or HTTP)
 	KindHTTP = "http" // an HTTP request was served
 	KindUDP  = "udp"  // a datagram arrived
+	// KindUDPLite is a UDP-Lite (IP protocol 136) datagram; KindRaw an IP
+	// packet of the origin's raw protocol (-raw-proto), Local's port 0.
+	KindUDPLite = "udplite"
+	KindRaw     = "raw"
+	// KindMLD is an MLD report the origin heard: Local is the multicast
+	// group it announces (port 0), Payload "131" (MLDv1) or "143" (MLDv2,
+	// one event per group record).
+	KindMLD = "mld"
+	// KindICMPv6 is an ICMPv6 message the origin received (-icmp6):
+	// Payload is its type, a space, and its data: "128 <echo data>", or
+	// "1 <UDP payload of the quoted packet>" for a destination unreachable.
+	KindICMPv6 = "icmpv6"
 )
 
 // Event is one thing the origin saw. Events are numbered from 1 in the order
@@ -41,7 +53,7 @@ type Event struct {
 	TLS    bool                `json:"tls,omitempty"`
 	SNI    string              `json:"sni,omitempty"`
 
-	// UDP only.
+	// UDP, UDP-Lite and raw IP only.
 	Payload string `json:"payload,omitempty"`
 }
 
