@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,7 @@ func invariants() []invariant {
 		{"app-trusts-ca", "with interception, every app container mounts the CA certificate and a trust variable points at it", checkAppTrustsCA},
 		{"secrets-isolation", "the credential Secret is mounted only into BotBox, readable by its UID", checkSecretsIsolation},
 		{"secrets-wiring", "the Secret is mounted (without subPath) at secrets_dir and holds every secret_ref", checkSecretsWiring},
+		{"probe-key", "BotBox has BOTBOX_PROBE_KEY_FILE on a writable emptyDir mounted into no other container, so its probes authenticate BotBox and a port squatter never passes", checkProbeKey},
 		{"probes", "BotBox has exec startup and readiness probes on the loopback health port; no httpGet/tcpSocket/grpc probe targets a loopback-only port", checkProbes},
 		{"config-parses", "the ConfigMap's config.yaml, found through botbox's --config and mounts, parses and validates without warnings", checkConfigParses},
 		{"config-matches-netfilter", "config and init environment agree: interception switch, ports, dual-stack listeners when IPv6 rules are on", checkConfigMatchesNetfilter},
@@ -295,6 +297,44 @@ func checkBotBoxHardening(v *podView) error {
 		errs = append(errs, errors.New("no botbox container"))
 	}
 	return errors.Join(errs...)
+}
+
+// checkProbeKey: `botbox probe` proves BotBox answered with the per-start
+// key BotBox writes at start; the key must be writable by BotBox under a
+// read-only root filesystem and readable by no other container.
+func checkProbeKey(v *podView) error {
+	if v.botbox == nil {
+		return errors.New("no botbox container")
+	}
+	var file string
+	for _, e := range v.botbox.Env {
+		if e.Name == "BOTBOX_PROBE_KEY_FILE" {
+			if e.ValueFrom != nil {
+				return errors.New("BOTBOX_PROBE_KEY_FILE must be a literal value")
+			}
+			file = e.Value
+		}
+	}
+	if file == "" || !path.IsAbs(file) {
+		return fmt.Errorf("botbox: BOTBOX_PROBE_KEY_FILE must be an absolute path (got %q): the default /tmp is not writable under readOnlyRootFilesystem", file)
+	}
+	m, rel, ok := mountFor(v.botbox, file)
+	if !ok || rel == "" {
+		return fmt.Errorf("botbox: BOTBOX_PROBE_KEY_FILE %q is on no volume of the botbox container", file)
+	}
+	if m.ReadOnly {
+		return fmt.Errorf("botbox: the volume %q holding the probe key is mounted read-only", m.Name)
+	}
+	vol := v.volume(m.Name)
+	if vol == nil || vol.EmptyDir == nil {
+		return fmt.Errorf("botbox: the probe key volume %q must be an emptyDir (per Pod, never shared with another workload)", m.Name)
+	}
+	for c := range v.mountsOf(m.Name) {
+		if c != v.botbox {
+			return fmt.Errorf("container %q mounts the probe key volume %q: only botbox may read the key", c.Name, m.Name)
+		}
+	}
+	return nil
 }
 
 func checkIPv6Decided(v *podView) error {

@@ -285,6 +285,17 @@ func invariantCases() []invariantCase {
 		{"config-matches-netfilter", "IPv4-only listener with IPv6 rules", "leave it at the default", func(t *testing.T, b *bundle) {
 			editConfig(t, b, "listen_port: 8080", "listen_addr: \"127.0.0.1\"\nlisten_port: 8080")
 		}},
+		{"probe-key", "no probe key file", "BOTBOX_PROBE_KEY_FILE must be an absolute path", func(t *testing.T, b *bundle) {
+			c := container(t, b, nameBotBox)
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "BOTBOX_PROBE_KEY_FILE" })
+		}},
+		{"probe-key", "key on the read-only root", "is on no volume", func(t *testing.T, b *bundle) {
+			setEnv(container(t, b, nameBotBox), "BOTBOX_PROBE_KEY_FILE", "/var/botbox/probe.key")
+		}},
+		{"probe-key", "app mounts the key volume", "only botbox may read the key", func(t *testing.T, b *bundle) {
+			app := container(t, b, "app")
+			app.VolumeMounts = append(app.VolumeMounts, corev1.VolumeMount{Name: "botbox-run", MountPath: "/run/botbox"})
+		}},
 		{"grace-period", "grace period below the drain deadline", "mid-drain", func(t *testing.T, b *bundle) {
 			spec(b).TerminationGracePeriodSeconds = ptr(int64(20))
 		}},

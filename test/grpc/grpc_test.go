@@ -272,7 +272,11 @@ https_interception:
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return srv.Addrs().Intercept[0].String(), ca
+	addrs, err := srv.Addrs()
+	if err != nil {
+		t.Fatalf("Addrs: %v", err)
+	}
+	return addrs.Intercept[0].String(), ca
 }
 
 // viaPlainHandler serves the plain listener's pipeline (Handler.Plain) over
