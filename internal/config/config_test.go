@@ -176,7 +176,7 @@ func TestDefaults(t *testing.T) {
 		LogLevel: slog.LevelInfo,
 		Timeouts: Timeouts{
 			UpstreamConnect:        10 * time.Second,
-			UpstreamResponseHeader: 30 * time.Second,
+			UpstreamResponseHeader: 10 * time.Minute,
 			UpstreamIdleConn:       90 * time.Second,
 			DownstreamReadHeader:   10 * time.Second,
 			DownstreamIdle:         120 * time.Second,
@@ -930,5 +930,37 @@ func TestNodeCheckerKinds(t *testing.T) {
 		if err := root.Decode(&w); err != nil {
 			t.Errorf("%q: the checked tree does not decode: %v", tt.src, err)
 		}
+	}
+}
+
+// TestRuleRemoveHeadersAndResponseHeaderTimeout: the two per-rule keys
+// reach the Rule as written; absent, they are nil and 0 (the global
+// timeout applies).
+func TestRuleRemoveHeadersAndResponseHeaderTimeout(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, `egress_policy:
+  rules:
+    - host: api.anthropic.com
+      action: allow
+      header_rewrites:
+        - {name: Authorization, value: "Bearer {value}", secret_ref: anthropic-api-key}
+      remove_headers: [x-api-key, Api-Key]
+      response_header_timeout_ms: 1200000
+    - host: a.example
+      action: allow
+      remove_headers: []
+`)
+	r0, r1 := c.Policy.Rules[0], c.Policy.Rules[1]
+	if d := cmp.Diff([]string{"x-api-key", "Api-Key"}, r0.RemoveHeaders); d != "" {
+		t.Errorf("RemoveHeaders (-want +got):\n%s", d)
+	}
+	if r0.ResponseHeaderTimeout != 20*time.Minute {
+		t.Errorf("ResponseHeaderTimeout = %v, want 20m", r0.ResponseHeaderTimeout)
+	}
+	if r1.RemoveHeaders != nil || r1.ResponseHeaderTimeout != 0 {
+		t.Errorf("rule without the keys: RemoveHeaders = %#v, ResponseHeaderTimeout = %v; want nil, 0", r1.RemoveHeaders, r1.ResponseHeaderTimeout)
+	}
+	if c.Timeouts.UpstreamResponseHeader != 10*time.Minute {
+		t.Errorf("UpstreamResponseHeader = %v, want the 10 min default", c.Timeouts.UpstreamResponseHeader)
 	}
 }

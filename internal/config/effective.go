@@ -52,6 +52,9 @@ type effRule struct {
 	Action         Action       `yaml:"action"`
 	AllowedPorts   []uint16     `yaml:"allowed_ports,flow"`
 	HeaderRewrites []effRewrite `yaml:"header_rewrites,omitempty"`
+
+	RemoveHeaders           []string `yaml:"remove_headers,omitempty,flow"`
+	ResponseHeaderTimeoutMS int64    `yaml:"response_header_timeout_ms,omitempty"`
 }
 
 type effRewrite struct {
@@ -118,7 +121,8 @@ func (c *Config) Effective() ([]byte, error) {
 		e.ListenAddr = c.ListenAddr.String()
 	}
 	for _, r := range c.Policy.Rules {
-		er := effRule{Host: r.Host, Action: r.Action, AllowedPorts: r.AllowedPorts}
+		er := effRule{Host: r.Host, Action: r.Action, AllowedPorts: r.AllowedPorts,
+			RemoveHeaders: r.RemoveHeaders, ResponseHeaderTimeoutMS: r.ResponseHeaderTimeout.Milliseconds()}
 		if er.AllowedPorts == nil {
 			er.AllowedPorts = []uint16{443}
 		}

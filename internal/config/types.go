@@ -102,6 +102,14 @@ type Rule struct {
 	HeaderRewrites []HeaderRewrite
 	// AllowedPorts is nil when omitted: then only 443 is allowed.
 	AllowedPorts []uint16
+	// RemoveHeaders are header names (as configured, valid tokens, unique
+	// under case folding, none reserved/hop-by-hop, none set by
+	// HeaderRewrites) deleted from allowed requests and never added: the
+	// credentials a client may send that this rule does not own.
+	RemoveHeaders []string
+	// ResponseHeaderTimeout overrides Timeouts.UpstreamResponseHeader for
+	// requests this rule allows; 0 when omitted (the global value applies).
+	ResponseHeaderTimeout time.Duration
 }
 
 // HeaderRewrite is one header_rewrites entry.
@@ -134,7 +142,8 @@ type Interception struct {
 type Timeouts struct {
 	// UpstreamConnect bounds DNS + TCP connect + TLS handshake to an origin (default 10s).
 	UpstreamConnect time.Duration
-	// UpstreamResponseHeader bounds the wait for the origin's response head (default 30s).
+	// UpstreamResponseHeader bounds the wait for the origin's response head
+	// (default 10 min; a rule's ResponseHeaderTimeout overrides it).
 	UpstreamResponseHeader time.Duration
 	// UpstreamIdleConn closes pooled idle upstream connections (default 90s).
 	UpstreamIdleConn time.Duration

@@ -26,7 +26,7 @@ const (
 	defaultLogLevel       = "info"
 
 	defaultUpstreamConnectTimeoutMS        = 10000
-	defaultUpstreamResponseHeaderTimeoutMS = 30000
+	defaultUpstreamResponseHeaderTimeoutMS = 600_000 // 10 min, the LLM SDKs' own request timeout (the reference: 30 s)
 	defaultUpstreamIdleConnTimeoutSeconds  = 90
 	defaultReadHeaderTimeoutMS             = 10000
 	defaultIdleTimeoutSeconds              = 120
@@ -44,6 +44,9 @@ const (
 	// ephemeral ports: a larger per-host bound could never be reached.
 	upstreamMaxConnsPerHostLimit = 65535
 	upstreamMaxIdleConnsLimit    = 1 << 20
+	// Bound of upstream_response_header_timeout_ms and of a rule's
+	// response_header_timeout_ms (1 hour).
+	responseHeaderTimeoutMSLimit = 3_600_000
 
 	// max_concurrent_requests defaults to this many times max_connections:
 	// 1, because each in-flight request toward an HTTP/1.1 origin costs
@@ -180,7 +183,7 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 
 	cfg.Timeouts = Timeouts{
 		UpstreamConnect:        c.ms("upstream_connect_timeout_ms", w.UpstreamConnectTimeoutMS, defaultUpstreamConnectTimeoutMS, 1, 300_000),
-		UpstreamResponseHeader: c.ms("upstream_response_header_timeout_ms", w.UpstreamResponseHeaderTimeoutMS, defaultUpstreamResponseHeaderTimeoutMS, 1, 3_600_000),
+		UpstreamResponseHeader: c.ms("upstream_response_header_timeout_ms", w.UpstreamResponseHeaderTimeoutMS, defaultUpstreamResponseHeaderTimeoutMS, 1, responseHeaderTimeoutMSLimit),
 		UpstreamIdleConn:       c.seconds("upstream_idle_conn_timeout_seconds", w.UpstreamIdleConnTimeoutSeconds, defaultUpstreamIdleConnTimeoutSeconds, 1, 3600),
 		DownstreamReadHeader:   c.ms("read_header_timeout_ms", w.ReadHeaderTimeoutMS, defaultReadHeaderTimeoutMS, 1, 600_000),
 		DownstreamIdle:         c.seconds("idle_timeout_seconds", w.IdleTimeoutSeconds, defaultIdleTimeoutSeconds, 1, 3600),
@@ -333,7 +336,52 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 			r.HeaderRewrites = append(r.HeaderRewrites, h)
 		}
 	}
+	r.RemoveHeaders = c.removeHeaders(path+".remove_headers", label, w)
+	if w.ResponseHeaderTimeoutMS != nil {
+		r.ResponseHeaderTimeout = c.ms(path+".response_header_timeout_ms", w.ResponseHeaderTimeoutMS, 0, 1, responseHeaderTimeoutMSLimit)
+	}
 	return r, hostOK
+}
+
+// removeHeaders validates a rule's remove_headers: valid, unique (under
+// case folding) names, none reserved/hop-by-hop (ReverseProxy already drops
+// those, and Host is the proxy's), and none that the same rule's
+// header_rewrites sets: a rewrite already deletes every client value of its
+// header, so naming it in both places is a contradiction (remove, or set?)
+// that is refused rather than resolved silently. nil when the key is absent
+// or empty.
+func (c *checker) removeHeaders(path, host string, w wireRule) []string {
+	if len(w.RemoveHeaders) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(w.RemoveHeaders))
+	seen := map[string]int{} // lower-case name -> index
+	for j, name := range w.RemoveHeaders {
+		p := fmt.Sprintf("%s[%d]", path, j)
+		lower := strings.ToLower(name)
+		switch {
+		case name == "":
+			c.errorf(p, "empty header name in remove_headers for host '%s'", host)
+			continue
+		case !httpguts.ValidHeaderFieldName(name):
+			c.errorf(p, "invalid header name '%s' in remove_headers for host '%s'", clip(name), host)
+			continue
+		case ReservedHeader(name):
+			c.errorf(p, "header '%s' cannot be used in remove_headers (reserved/hop-by-hop) for host '%s'", name, host)
+			continue
+		}
+		if k, dup := seen[lower]; dup {
+			c.errorf(p, "header '%s' is listed twice in remove_headers for host '%s' (first at %s[%d])", name, host, path, k)
+			continue
+		}
+		seen[lower] = j
+		if k := slices.IndexFunc(w.HeaderRewrites, func(h wireRewrite) bool { return h.Name != nil && strings.EqualFold(*h.Name, name) }); k >= 0 {
+			c.errorf(p, "header '%s' is both in remove_headers and set by header_rewrites[%d] for host '%s'; a header rewrite already replaces every value the client sent, so drop it from remove_headers", name, k, host)
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
 }
 
 // ruleHost canonicalises a rule host. "host:port" is accepted like the

@@ -52,6 +52,9 @@ type wireRule struct {
 	Action         *string       `yaml:"action"`
 	HeaderRewrites []wireRewrite `yaml:"header_rewrites"`
 	AllowedPorts   []int64       `yaml:"allowed_ports"`
+
+	RemoveHeaders           []string `yaml:"remove_headers"`
+	ResponseHeaderTimeoutMS *int64   `yaml:"response_header_timeout_ms"`
 }
 
 // wireRewrite is one header_rewrites entry.

@@ -1,6 +1,7 @@
 // Package generation owns the policy generation in force: the compiled
-// egress policy, the compiled header rewrites of each rule, and the
-// interception flags that may change while BotBox runs.
+// egress policy, the compiled header rewrites and removals of each rule, the
+// rules' response-header timeouts, and the interception flags that may
+// change while BotBox runs.
 //
 // A Generation is immutable. A Current publishes one through an
 // atomic.Pointer: readers (the proxy's handlers, the TLS interception
@@ -13,7 +14,9 @@
 // What a generation carries is exactly what can change at reload. Listener
 // addresses, the interception CA, deny_handshake_on_disallowed_sni (read by
 // mitm at start-up), timeouts and limits are not in it: changing them needs
-// a restart. The secrets' required set is not either: whoever reloads calls
+// a restart; a rule's response_header_timeout_ms is in it (it belongs to
+// the rule), the global upstream_response_header_timeout_ms is not (the
+// upstream transport enforces it). The secrets' required set is not either: whoever reloads calls
 // secrets.(*Store).SetRequired(cfg.RequiredSecretRefs()) after a successful
 // Store.
 //
@@ -27,6 +30,9 @@
 //	g := cur.Load() // per request
 //	d := g.Policy.Decide(target)
 //	set := g.Rewrites(d)
+//	if t := g.ResponseHeaderTimeout(d); t > 0 {
+//		ctx = upstream.WithResponseHeaderTimeout(ctx, t)
+//	}
 //	...
 //	if err := cur.Store(newCfg); err != nil { /* old generation still in force */ }
 package generation
@@ -36,6 +42,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/policy"
@@ -52,9 +59,12 @@ type Generation struct {
 	Policy *policy.Policy
 	// Interception holds the interception flags that may change at reload.
 	Interception Interception
-	// rewrites holds, by rule index, the rule's compiled header rewrites;
-	// nil for a rule without any.
+	// rewrites holds, by rule index, the rule's compiled header rewrites
+	// and removals; nil for a rule without any.
 	rewrites []*rewrite.Set
+	// headerTimeouts holds, by rule index, the rule's
+	// response_header_timeout_ms; 0 when the rule has none.
+	headerTimeouts []time.Duration
 }
 
 // Interception is the part of https_interception that a reload may change.
@@ -64,19 +74,39 @@ type Interception struct {
 	EnforceSNIHostMatch bool
 }
 
-// Rewrites returns the header rewrites to apply for decision d: the rule's
-// compiled set when d is an Allow by a rule that has rewrites; nil otherwise
-// (a Deny, a DefaultAllow, a rule without rewrites, or a decision from
+// Rewrites returns the header rewrites and removals to apply for decision
+// d: the rule's compiled set (header_rewrites and remove_headers) when d is
+// an Allow by a rule that has either; nil otherwise (a Deny, a
+// DefaultAllow, a rule without rewrites or removals, or a decision from
 // another generation's policy, whose rule index is out of range).
 func (g *Generation) Rewrites(d policy.Decision) *rewrite.Set {
-	if d.Kind != policy.Allow || d.Rule == nil || d.Rule.Index < 0 || d.Rule.Index >= len(g.rewrites) {
+	if !g.ruleAllowed(d) {
 		return nil
 	}
 	return g.rewrites[d.Rule.Index]
 }
 
+// ResponseHeaderTimeout returns the response-header timeout of the rule
+// that allowed d (its response_header_timeout_ms), or 0 when the global
+// upstream_response_header_timeout_ms applies: d is not an Allow by a rule,
+// the rule sets none, or d comes from another generation's policy. The
+// proxy passes a non-zero value to upstream.WithResponseHeaderTimeout.
+func (g *Generation) ResponseHeaderTimeout(d policy.Decision) time.Duration {
+	if !g.ruleAllowed(d) {
+		return 0
+	}
+	return g.headerTimeouts[d.Rule.Index]
+}
+
+// ruleAllowed reports whether d is an Allow by a rule of this generation's
+// size (a rule index from another policy may be out of range).
+func (g *Generation) ruleAllowed(d policy.Decision) bool {
+	return d.Kind == policy.Allow && d.Rule != nil && d.Rule.Index >= 0 && d.Rule.Index < len(g.rewrites)
+}
+
 // Compile compiles cfg into a generation with Seq 0. It fails, naming the
-// rule, if the policy or any rule's header rewrites do not compile.
+// rule, if the policy or any rule's header rewrites or removals do not
+// compile.
 func Compile(cfg *config.Config) (*Generation, error) {
 	if cfg == nil {
 		return nil, errors.New("generation: no configuration")
@@ -86,15 +116,14 @@ func Compile(cfg *config.Config) (*Generation, error) {
 		return nil, fmt.Errorf("compiling egress policy: %w", err)
 	}
 	g := &Generation{
-		Policy:       pol,
-		Interception: Interception{EnforceSNIHostMatch: cfg.Interception.EnforceSNIHostMatch},
-		rewrites:     make([]*rewrite.Set, len(cfg.Policy.Rules)),
+		Policy:         pol,
+		Interception:   Interception{EnforceSNIHostMatch: cfg.Interception.EnforceSNIHostMatch},
+		rewrites:       make([]*rewrite.Set, len(cfg.Policy.Rules)),
+		headerTimeouts: make([]time.Duration, len(cfg.Policy.Rules)),
 	}
 	for i, r := range cfg.Policy.Rules {
-		if len(r.HeaderRewrites) == 0 {
-			continue
-		}
-		s, err := rewrite.Compile(r.HeaderRewrites)
+		g.headerTimeouts[i] = max(r.ResponseHeaderTimeout, 0)
+		s, err := rewrite.CompileRule(r)
 		if err != nil {
 			return nil, fmt.Errorf("egress_policy.rules[%d] (%s): %w", i, r.Host, err)
 		}

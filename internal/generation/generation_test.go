@@ -1,10 +1,12 @@
 package generation
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/hostport"
@@ -183,5 +185,64 @@ func TestConcurrentLoadStore(t *testing.T) {
 	wg.Wait()
 	if got := cur.Load().Seq; got != 1+2*stores {
 		t.Errorf("final Seq = %d, want %d", got, 1+2*stores)
+	}
+}
+
+// TestRemovalsAndResponseHeaderTimeout: a rule's remove_headers reach the
+// set Rewrites returns (also for a rule that only removes), and its
+// response_header_timeout_ms is returned for its Allow decisions only.
+func TestRemovalsAndResponseHeaderTimeout(t *testing.T) {
+	cfg := &config.Config{Policy: config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{
+		{Host: "llm.example", Index: 0, Action: config.ActionAllow, ResponseHeaderTimeout: 20 * time.Minute,
+			HeaderRewrites: []config.HeaderRewrite{{Name: "Authorization", Value: "Bearer {value}", SecretRef: "k"}},
+			RemoveHeaders:  []string{"x-api-key", "Api-Key"}},
+		{Host: "strip.example", Index: 1, Action: config.ActionAllow, RemoveHeaders: []string{"Authorization"}},
+		{Host: "plain.example", Index: 2, Action: config.ActionAllow},
+		{Host: "slow-deny.example", Index: 3, Action: config.ActionDeny, ResponseHeaderTimeout: time.Hour},
+	}}}
+	g, err := Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		authority   string
+		wantRemoved []string // nil = no set
+		wantTimeout time.Duration
+	}{
+		{"llm.example", []string{"X-Api-Key", "Api-Key"}, 20 * time.Minute},
+		{"llm.example:8443", nil, 0}, // denied on this port
+		{"strip.example", []string{"Authorization"}, 0},
+		{"plain.example", nil, 0},
+		{"slow-deny.example", nil, 0},
+		{"other.example", nil, 0}, // default deny
+	}
+	for _, tt := range tests {
+		d := decide(t, g, tt.authority)
+		set := g.Rewrites(d)
+		if got := set.Removed(); !slices.Equal(got, tt.wantRemoved) {
+			t.Errorf("Rewrites(%s).Removed() = %v, want %v", tt.authority, got, tt.wantRemoved)
+		}
+		if got := g.ResponseHeaderTimeout(d); got != tt.wantTimeout {
+			t.Errorf("ResponseHeaderTimeout(%s) = %v, want %v", tt.authority, got, tt.wantTimeout)
+		}
+	}
+	// A decision of a larger policy (rule index out of range here).
+	big := &config.Config{Policy: config.Policy{DefaultAction: config.ActionDeny}}
+	for i := range 6 {
+		big.Policy.Rules = append(big.Policy.Rules, config.Rule{Host: fmt.Sprintf("r%d.example", i), Index: i, Action: config.ActionAllow, ResponseHeaderTimeout: time.Second})
+	}
+	other, err := Compile(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := g.ResponseHeaderTimeout(decide(t, other, "r5.example")); got != 0 {
+		t.Errorf("ResponseHeaderTimeout(decision with rule index 5) = %v, want 0", got)
+	}
+	// A removal the rewrite layer refuses fails the whole generation.
+	bad := &config.Config{Policy: config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{
+		{Host: "a.example", Action: config.ActionAllow, RemoveHeaders: []string{"Connection"}},
+	}}}
+	if _, err := Compile(bad); err == nil || !strings.Contains(err.Error(), "egress_policy.rules[0] (a.example): remove_headers[0]") {
+		t.Errorf("Compile(remove_headers: [Connection]) error = %v", err)
 	}
 }

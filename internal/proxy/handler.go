@@ -265,6 +265,9 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
 	// The dial guard of package upstream sees which host this dial is for.
 	ctx = upstream.WithDialPolicy(ctx, upstream.DialPolicy{Host: hp.Host})
+	if t := g.ResponseHeaderTimeout(d); t > 0 { // the rule's response_header_timeout_ms
+		ctx = upstream.WithResponseHeaderTimeout(ctx, t)
+	}
 	h.rp.ServeHTTP(&x.cw, r.WithContext(ctx))
 }
 

@@ -12,7 +12,9 @@
 //  2. only if every value resolved, delete every existing value of each
 //     configured header, whatever the case of its key (so values smuggled by
 //     the client under "authorization" or "AUTHORIZATION" go too), and set
-//     exactly one value.
+//     exactly one value. The rule's remove_headers are deleted the same way
+//     (every value, any case) and never added: the credentials a client may
+//     send that the rule does not own (an SDK's dummy key).
 //
 // On error the header is left untouched, so the caller can fail closed
 // (reference: 500, the request is never forwarded without its credential).
@@ -29,7 +31,7 @@
 //
 // Typical use:
 //
-//	set, err := rewrite.Compile(rule.HeaderRewrites) // at load
+//	set, err := rewrite.CompileRule(rule) // at load: header_rewrites and remove_headers
 //	...
 //	names, err := set.Apply(out.Header, store.Snapshot()) // per request
 package rewrite
@@ -97,6 +99,9 @@ type Set struct {
 	rewrites []compiled
 	names    []string // configured names, in order
 	refs     []string // sorted, deduplicated secret refs
+	// remove holds the canonical keys of the headers deleted and never
+	// added (remove_headers), in configured order, without duplicates.
+	remove []string
 }
 
 // compiled is one precompiled rewrite.
@@ -138,6 +143,43 @@ func Compile(rs []config.HeaderRewrite) (*Set, error) {
 	}
 	slices.Sort(s.refs)
 	s.refs = slices.Compact(s.refs)
+	return s, nil
+}
+
+// CompileRule compiles everything a rule does to the headers of the
+// requests it allows: its header_rewrites (as Compile) and its
+// remove_headers. It returns nil, nil for a rule with neither.
+//
+// A remove_headers name must be a valid header name, not reserved or
+// hop-by-hop (as in Compile), and not one that the rule's header_rewrites
+// sets (a rewrite already deletes every client value of its header; config
+// validation refuses the same list). Duplicates under case folding count
+// once.
+func CompileRule(r config.Rule) (*Set, error) {
+	if len(r.HeaderRewrites) == 0 && len(r.RemoveHeaders) == 0 {
+		return nil, nil
+	}
+	s, err := Compile(r.HeaderRewrites)
+	if err != nil {
+		return nil, err
+	}
+	for i, name := range r.RemoveHeaders {
+		switch {
+		case name == "":
+			return nil, fmt.Errorf("remove_headers[%d]: empty header name", i)
+		case !httpguts.ValidHeaderFieldName(name):
+			return nil, fmt.Errorf("remove_headers[%d]: invalid header name %q", i, echo.Clip(name))
+		case config.ReservedHeader(name):
+			return nil, fmt.Errorf("remove_headers[%d]: header %q cannot be removed (reserved/hop-by-hop)", i, name)
+		}
+		key := textproto.CanonicalMIMEHeaderKey(name)
+		if slices.ContainsFunc(s.rewrites, func(c compiled) bool { return c.key == key }) {
+			return nil, fmt.Errorf("remove_headers[%d]: header %q is also set by header_rewrites", i, name)
+		}
+		if !slices.Contains(s.remove, key) {
+			s.remove = append(s.remove, key)
+		}
+	}
 	return s, nil
 }
 
@@ -198,7 +240,16 @@ func (s *Set) SecretRefs() []string {
 	return slices.Clone(s.refs)
 }
 
-// Len is the number of rewrites.
+// Removed returns the canonical keys of the headers the set deletes and
+// never adds (remove_headers), in configured order.
+func (s *Set) Removed() []string {
+	if s == nil {
+		return nil
+	}
+	return slices.Clone(s.remove)
+}
+
+// Len is the number of rewrites (removals not counted).
 func (s *Set) Len() int {
 	if s == nil {
 		return 0
@@ -212,13 +263,16 @@ func (s *Set) Len() int {
 // rewrite, in order, every existing value of the header is deleted (the
 // canonical key and any other key equal under case folding) and exactly one
 // value is set, so a later rewrite of the same header overwrites an earlier
-// one. On success it returns the configured names, one per rewrite, in
-// order. On error (*MissingSecretError, *InvalidValueError) h is unchanged.
+// one. Every value of each removed header (remove_headers) is deleted, under
+// any key equal to it under case folding, and nothing is added. On success
+// it returns the configured names, one per rewrite, in order (nil when the
+// set only removes). On error (*MissingSecretError, *InvalidValueError) h is
+// unchanged. TestApplyRemovesHeaders and FuzzApply hold this.
 //
 // A nil or empty set leaves h alone and returns nil, nil. A nil lookup
 // finds no secret.
 func (s *Set) Apply(h http.Header, lookup Lookup) (rewritten []string, err error) {
-	if s == nil || len(s.rewrites) == 0 {
+	if s == nil || len(s.rewrites) == 0 && len(s.remove) == 0 {
 		return nil, nil
 	}
 	if h == nil {
@@ -252,6 +306,15 @@ func (s *Set) Apply(h http.Header, lookup Lookup) (rewritten []string, err error
 				break
 			}
 		}
+		for _, key := range s.remove {
+			if strings.EqualFold(k, key) {
+				delete(h, k)
+				break
+			}
+		}
+	}
+	if n == 0 {
+		return nil, nil
 	}
 	for i := range s.rewrites {
 		h[s.rewrites[i].key] = vals[i : i+1 : i+1]

@@ -144,7 +144,7 @@ func TestGuardRefusesEveryAddressTried(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := WithDialPolicy(context.Background(), DialPolicy{Host: "dual.test"})
-	c, err := tr.DialContext(ctx, "tcp", net.JoinHostPort("dual.test", strconv.Itoa(int(port))))
+	c, err := tr.base.DialContext(ctx, "tcp", net.JoinHostPort("dual.test", strconv.Itoa(int(port))))
 	if err == nil {
 		_ = c.Close()
 		t.Fatal("dial to a loopback-only name succeeded through a guard refusing loopback")
@@ -324,7 +324,7 @@ func TestGuardNilAllowsAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tr.DialContext(context.Background(), "tcp", ln.Addr().String())
+	c, err := tr.base.DialContext(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatalf("dial without a guard: %v", err)
 	}

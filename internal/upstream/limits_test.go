@@ -152,9 +152,9 @@ func TestTransportBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tr.MaxConnsPerHost != tt.wantPerHost || tr.MaxIdleConns != tt.wantIdle || tr.MaxIdleConnsPerHost != tt.wantIdlePerHost {
+		if tr.base.MaxConnsPerHost != tt.wantPerHost || tr.base.MaxIdleConns != tt.wantIdle || tr.base.MaxIdleConnsPerHost != tt.wantIdlePerHost {
 			t.Errorf("%s: MaxConnsPerHost, MaxIdleConns, MaxIdleConnsPerHost = %d, %d, %d, want %d, %d, %d", tt.name,
-				tr.MaxConnsPerHost, tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tt.wantPerHost, tt.wantIdle, tt.wantIdlePerHost)
+				tr.base.MaxConnsPerHost, tr.base.MaxIdleConns, tr.base.MaxIdleConnsPerHost, tt.wantPerHost, tt.wantIdle, tt.wantIdlePerHost)
 		}
 	}
 }

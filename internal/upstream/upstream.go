@@ -26,12 +26,33 @@
 // package holds the hook only: which addresses to refuse is the guard's
 // business.
 //
+// # Response-header timeout
+//
+// The wait for an origin's response head is bounded per request by
+// Transport, not by http.Transport.ResponseHeaderTimeout (which is one value
+// for every request): the request's own value (WithResponseHeaderTimeout, a
+// rule's response_header_timeout_ms) or else Options.ResponseHeaderTimeout
+// (upstream_response_header_timeout_ms, default 10 minutes). The clock
+// starts when the request, body included, has been written
+// (httptrace WroteRequest, as Go's own timeout) and stops at the first byte
+// of the response (GotFirstResponseByte); a request whose body is still
+// being sent when the response starts (gRPC bidi streams) is never timed.
+// On expiry the round trip is cancelled and fails with an error that
+// IsTimeout reports (errors.Is context.DeadlineExceeded, and a net.Error
+// whose Timeout is true): the proxy answers 504. Streams that go silent
+// after their head are not affected. TestResponseHeaderTimeoutPerRequest
+// holds this.
+//
 // Typical use:
 //
 //	tr, err := upstream.NewTransport(upstream.Options{CAFile: cfg.UpstreamCAFile, Guard: g, ...})
 //	proxy := &httputil.ReverseProxy{Transport: tr, ...}
 //	// per request, before the round trip:
-//	req = req.WithContext(upstream.WithDialPolicy(req.Context(), upstream.DialPolicy{Host: host}))
+//	ctx := upstream.WithDialPolicy(req.Context(), upstream.DialPolicy{Host: host})
+//	if d := gen.ResponseHeaderTimeout(decision); d > 0 {
+//		ctx = upstream.WithResponseHeaderTimeout(ctx, d)
+//	}
+//	req = req.WithContext(ctx)
 package upstream
 
 import (
@@ -56,6 +77,12 @@ const (
 	DefaultMaxIdleConnsPerHost = 256
 )
 
+// DefaultResponseHeaderTimeout is the default wait for a response head
+// (config key upstream_response_header_timeout_ms): the request timeout of
+// the OpenAI and Anthropic SDKs, because a reasoning model may think for
+// minutes before its first byte. The reference used 30 s.
+const DefaultResponseHeaderTimeout = 10 * time.Minute
+
 // DialFunc dials an upstream TCP connection.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
@@ -69,7 +96,8 @@ type Options struct {
 	// ConnectTimeout bounds TCP connect plus TLS handshake (default 10s).
 	ConnectTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the response head after the
-	// request was fully written (default 30s, the reference's value).
+	// request was fully written, for requests without their own
+	// (WithResponseHeaderTimeout); default DefaultResponseHeaderTimeout.
 	ResponseHeaderTimeout time.Duration
 	// IdleConnTimeout closes pooled idle connections (default 90s).
 	IdleConnTimeout time.Duration
@@ -224,13 +252,14 @@ func RootPool(caFile string) (*x509.CertPool, error) {
 // NewTransport returns the transport used for every upstream request: TLS
 // only (the proxy always rewrites the scheme to https), HTTP/2 when the
 // origin offers it, keep-alive pooling, no proxy from the environment (BotBox
-// is the egress point; honouring HTTP_PROXY would be a bypass).
-func NewTransport(o Options) (*http.Transport, error) {
+// is the egress point; honouring HTTP_PROXY would be a bypass), and the
+// per-request response-header timeout (see the package doc).
+func NewTransport(o Options) (*Transport, error) {
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 10 * time.Second
 	}
 	if o.ResponseHeaderTimeout <= 0 {
-		o.ResponseHeaderTimeout = 30 * time.Second
+		o.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
 	}
 	if o.IdleConnTimeout <= 0 {
 		o.IdleConnTimeout = 90 * time.Second
@@ -264,11 +293,13 @@ func NewTransport(o Options) (*http.Transport, error) {
 		dial = o.Guard.checked(dial)
 	}
 	tr := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dial,
-		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(1024)},
-		TLSHandshakeTimeout:   o.ConnectTimeout,
-		ResponseHeaderTimeout: o.ResponseHeaderTimeout,
+		Proxy:               nil,
+		DialContext:         dial,
+		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(1024)},
+		TLSHandshakeTimeout: o.ConnectTimeout,
+		// No ResponseHeaderTimeout here: it would be one bound for every
+		// request, and cut a rule's longer one. Transport.RoundTrip
+		// enforces the request's.
 		IdleConnTimeout:       o.IdleConnTimeout,
 		MaxIdleConns:          o.MaxIdleConns,
 		MaxIdleConnsPerHost:   o.MaxIdleConnsPerHost,
@@ -293,7 +324,7 @@ func NewTransport(o Options) (*http.Transport, error) {
 		// the Content-Length the origin sent is lost).
 		DisableCompression: true,
 	}
-	return tr, nil
+	return &Transport{base: tr, responseHeaderTimeout: o.ResponseHeaderTimeout}, nil
 }
 
 // IsTimeout reports whether err is a timeout: the origin did not answer

@@ -72,7 +72,7 @@ func TestNoProxyFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Proxy != nil {
+	if tr.base.Proxy != nil {
 		t.Error("the upstream transport must not honour proxy variables: BotBox is the egress point")
 	}
 }
