@@ -25,7 +25,7 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "", "`DIR` for ca.crt (0444) and ca.key (0400), created if missing")
 	certOut := fs.String("cert-out", "", "`PATH` of the certificate (instead of --out DIR/ca.crt)")
 	keyOut := fs.String("key-out", "", "`PATH` of the private key (instead of --out DIR/ca.key)")
-	days := fs.Int("days", 7, "validity in days, `N` from 1 to 3650")
+	days := fs.Int("days", 365, "validity in days, `N` from 1 to 3650")
 	cn := fs.String("cn", mitm.DefaultCACommonName, "subject common `NAME`")
 	ifMissing := fs.Bool("if-missing", false, "exit 0 without writing when both files already exist (init containers re-run when a Pod sandbox is rebuilt)")
 	setUsage(fs, caUsage)

@@ -119,7 +119,7 @@ func TestSubcommandHelpShowsUsageLine(t *testing.T) {
 		{[]string{"check", "-h"}, "  --config PATH\n    \tPATH of the configuration file (default \"config.yaml\")\n"},
 		{[]string{"run", "--help"}, "usage: botbox run [flags]\n"},
 		{[]string{"version", "--help"}, "usage: botbox version\n"},
-		{[]string{"ca", "new", "-h"}, "  --days N\n    \tvalidity in days, N from 1 to 3650 (default 7)\n"},
+		{[]string{"ca", "new", "-h"}, "  --days N\n    \tvalidity in days, N from 1 to 3650 (default 365)\n"},
 	} {
 		code, _, errOut := runArgs(t, nil, tt.args...)
 		if code != 0 || !strings.Contains(errOut, tt.want) || !strings.Contains(errOut, "`botbox help` lists every command.") {

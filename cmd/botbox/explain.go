@@ -316,7 +316,14 @@ func (e *explainer) rule(host string) *config.Rule {
 // printHeaders lists the headers the handler injected into the outbound
 // request: names and secret refs, never values.
 func (e *explainer) printHeaders(w io.Writer, rule *config.Rule) {
-	if rule == nil || len(rule.HeaderRewrites) == 0 {
+	if rule == nil {
+		fmt.Fprintln(w, "headers:  none injected")
+		return
+	}
+	for _, name := range rule.RemoveHeaders {
+		fmt.Fprintf(w, "removes:  %s (deleted if the client sends it; never added)\n", name)
+	}
+	if len(rule.HeaderRewrites) == 0 {
 		fmt.Fprintln(w, "headers:  none injected")
 		return
 	}

@@ -38,6 +38,7 @@ func TestExplain(t *testing.T) {
 		{[]string{"http://api.openai.com/v1/models"}, []string{
 			"decision: allow", "status:   200", "reason:   rule_allow", "rules[0] (host api.openai.com, action allow)", "ports:    443 only",
 			"upstream: https://api.openai.com/v1/models", `header:   Authorization (replaces any client value; from secret "openai-api-key")`,
+			"removes:  X-Api-Key (deleted if the client sends it; never added)",
 		}, 0},
 		{[]string{"api.openai.com/v1"}, []string{"decision: allow", "listener: http"}, 0},
 		{[]string{"http://API.OpenAI.com./v1"}, []string{"decision: allow", "host:     api.openai.com"}, 0},

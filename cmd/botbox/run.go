@@ -26,7 +26,7 @@ Usage:
                                            --files also checks the secret and CA files it names
   botbox explain -c PATH [--method M] URL  show the decision for one request
   botbox netfilter install|print|remove    the init step: iptables/ip6tables rules from BOTBOX_* env
-  botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 7 days)
+  botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 365 days)
   botbox probe [--key-file F] URL          exit 0 when BotBox itself answers 200 at URL (exec probes)
   botbox version                           print version information
 

@@ -50,6 +50,7 @@ egress_policy:
         - name: Authorization
           value: "Bearer {value}"
           secret_ref: openai-api-key
+      remove_headers: [X-Api-Key]
     - host: internal.example.com
       action: allow
       allowed_ports: [8443]
