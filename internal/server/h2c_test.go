@@ -62,11 +62,10 @@ func (o *recordingOrigin) next(t *testing.T) originRecord {
 // its host.
 func (h *harness) priorKnowledgeClient(t *testing.T) *http.Client {
 	t.Helper()
-	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(c)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	cc, err := tr.NewClientConn(t.Context(), "http", h.addrs.Proxy[0].String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +204,13 @@ func (h *harness) dialH2(t *testing.T) *h2Conn {
 // on stream id and returns its status, or the RST_STREAM code as "rst:".
 func (hc *h2Conn) request(id uint32, fields ...string) string {
 	hc.t.Helper()
+	hc.send(id, fields...)
+	return hc.wait(id)
+}
+
+// send opens stream id with a GET made of fields, its only frame.
+func (hc *h2Conn) send(id uint32, fields ...string) {
+	hc.t.Helper()
 	hc.buf.Reset()
 	for i := 0; i < len(fields); i += 2 {
 		_ = hc.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
@@ -212,11 +218,27 @@ func (hc *h2Conn) request(id uint32, fields ...string) string {
 	if err := hc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hc.buf.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
 		hc.t.Fatal(err)
 	}
+}
+
+// wait reads frames until stream id ends and returns its status, or the
+// RST_STREAM code as "rst:".
+func (hc *h2Conn) wait(id uint32) string {
+	hc.t.Helper()
+	return hc.readUntil(id, nil)
+}
+
+// readUntil is wait that also returns "" as soon as stop accepts a frame
+// read before the stream ended.
+func (hc *h2Conn) readUntil(id uint32, stop func(http2.Frame) bool) string {
+	hc.t.Helper()
 	status := ""
 	for {
 		f, err := hc.fr.ReadFrame()
 		if err != nil {
 			hc.t.Fatalf("stream %d: %v", id, err)
+		}
+		if stop != nil && stop(f) {
+			return ""
 		}
 		if f.Header().StreamID != id {
 			continue
@@ -246,7 +268,8 @@ func (hc *h2Conn) request(id uint32, fields ...string) string {
 }
 
 // TestPlainH2AuthorityRefusedLikeHTTP1: an HTTP/2 stream is judged on
-// :authority, or on Host when :authority is absent (RFC 9113 §8.3.1), and
+// :authority, or on Host when :authority is absent (RFC 9113 §8.3.1), is
+// forwarded to the host it was judged on, and is
 // refused with 400 like an HTTP/1 request when neither names a valid host
 // or when :path is not origin-form (HTTP/2 has no absolute-form: such a
 // :path would name a second destination next to :authority).
@@ -268,6 +291,8 @@ func TestPlainH2AuthorityRefusedLikeHTTP1(t *testing.T) {
 		{"absolute :path", []string{":path", "http://other.example.test/x", ":authority", "api.example.test"}, "400", "invalid_target"},
 		{"userinfo in authority", []string{":path", "/x", ":authority", "u@api.example.test"}, "rst:PROTOCOL_ERROR", ""},
 		{"Host instead of authority", []string{":path", "/x", "host", "api.example.test"}, "200", "allowed"},
+		// :authority wins; the Host header is never forwarded.
+		{"authority and another Host", []string{":path", "/x", ":authority", "api.example.test", "host", "blocked.example.test"}, "200", "allowed"},
 	}
 	for i, tt := range tests {
 		before := len(h.logs.Find("proxy decision"))
@@ -286,8 +311,8 @@ func TestPlainH2AuthorityRefusedLikeHTTP1(t *testing.T) {
 			if len(lines) != 1 || lines[0][telemetry.KeyHost] != "api.example.test" || lines[0][telemetry.KeyDecision] != telemetry.DecisionAllow {
 				t.Errorf("%s: decision lines %v", tt.name, lines)
 			}
-			if r := o.next(t); r.auth != "Bearer "+canary {
-				t.Errorf("%s: credential not injected", tt.name)
+			if r := o.next(t); r.auth != "Bearer "+canary || r.host != "api.example.test" {
+				t.Errorf("%s: origin saw host %q, credential injected %v", tt.name, r.host, r.auth == "Bearer "+canary)
 			}
 		default:
 			if len(lines) != 1 || lines[0][telemetry.KeyReason] != tt.reason || lines[0][telemetry.KeyStatus] != float64(400) {
@@ -405,5 +430,36 @@ func TestPlainH2Curl(t *testing.T) {
 	lines := h.decisionLines("api.example.test")
 	if len(lines) != 1 || lines[0][telemetry.KeyDecision] != telemetry.DecisionAllow {
 		t.Errorf("decision lines %v", lines)
+	}
+}
+
+// TestPlainH2GracefulDrain: at shutdown a prior-knowledge HTTP/2
+// connection gets a GOAWAY, and its stream in flight still completes.
+func TestPlainH2GracefulDrain(t *testing.T) {
+	o := newRecordingOrigin()
+	h := start(t, harnessOpts{writeSecret: true, shutdown: 10, origin: o})
+	hc := h.dialH2(t)
+	hc.send(1, ":method", "GET", ":scheme", "http", ":path", "/hold", ":authority", "api.example.test")
+	o.next(t)
+	h.cancel()
+	var goaway *http2.GoAwayFrame
+	if got := hc.readUntil(1, func(f http2.Frame) bool { goaway, _ = f.(*http2.GoAwayFrame); return goaway != nil }); got != "" {
+		t.Fatalf("stream ended (%s) before any GOAWAY", got)
+	}
+	if goaway.ErrCode != http2.ErrCodeNo {
+		t.Errorf("GOAWAY %v, want NO_ERROR", goaway.ErrCode)
+	}
+	close(o.release)
+	if got := hc.wait(1); got != "200" {
+		t.Errorf("stream in flight at the drain: %s, want 200", got)
+	}
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		h.done <- nil // for the cleanup
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return")
 	}
 }
