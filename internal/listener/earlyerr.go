@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"strconv"
+	"sync/atomic"
 )
 
 // earlyErrorHeaders is what net/http's conn.serve writes between the status
@@ -43,7 +44,12 @@ func parseEarlyError(b []byte) (int, bool) {
 // connections that negotiated HTTP/1 (TestObserveEarlyErrors). A *tls.Conn
 // that negotiated h2 is passed through untouched: http.Server needs the
 // *tls.Conn itself to start HTTP/2, and HTTP/2 has no such responses (a
-// malformed stream is reset by the HTTP/2 server). A TLS connection is
+// malformed stream is reset by the HTTP/2 server). A cleartext connection
+// that opens with the HTTP/2 client preface (prior knowledge, served when
+// http.Server.Protocols has UnencryptedHTTP2) is recognised as it is read,
+// before net/http answers anything on it, and from then on its writes are
+// passed on uninspected: they are HTTP/2 frames, never an early error
+// (TestObserveEarlyErrorsSkipsPriorKnowledgeH2). A TLS connection is
 // wrapped in a type with ConnectionState, so that http.Server still fills
 // Request.TLS for it.
 //
@@ -69,18 +75,54 @@ func (l *earlyErrorListener) Accept() (net.Conn, error) {
 		if tc.ConnectionState().NegotiatedProtocol == "h2" {
 			return c, nil
 		}
-		return &earlyErrorTLSConn{earlyErrorConn{Conn: c, fn: l.fn}, tc}, nil
+		// HTTP/2 inside TLS is chosen by ALPN (above), never by a preface
+		// on an HTTP/1 connection: no sniffing.
+		return &earlyErrorTLSConn{earlyErrorConn{Conn: c, fn: l.fn, matched: -1}, tc}, nil
 	}
 	return &earlyErrorConn{Conn: c, fn: l.fn}, nil
 }
 
+// h2Preface is the HTTP/2 client connection preface (RFC 9113 §3.4).
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
 type earlyErrorConn struct {
 	net.Conn
 	fn EarlyErrorFunc
+	// matched counts the bytes read so far that equal the start of
+	// h2Preface; -1 once the connection is known not to open with it.
+	// Only Read touches it, and net/http reads the start of a connection
+	// from one goroutine.
+	matched int
+	// h2 is set once the whole preface was read: the connection speaks
+	// HTTP/2 and Write no longer inspects what it writes.
+	h2 atomic.Bool
+}
+
+func (c *earlyErrorConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.matched >= 0 && n > 0 {
+		c.sniff(b[:n])
+	}
+	return n, err
+}
+
+// sniff advances the preface match over the next bytes read.
+func (c *earlyErrorConn) sniff(b []byte) {
+	rest := h2Preface[c.matched:]
+	k := min(len(b), len(rest))
+	if string(b[:k]) != rest[:k] {
+		c.matched = -1
+		return
+	}
+	c.matched += k
+	if c.matched == len(h2Preface) {
+		c.matched = -1
+		c.h2.Store(true)
+	}
 }
 
 func (c *earlyErrorConn) Write(b []byte) (int, error) {
-	if len(b) > 0 && b[0] == 'H' {
+	if len(b) > 0 && b[0] == 'H' && !c.h2.Load() {
 		if code, ok := parseEarlyError(b); ok {
 			c.fn(code, c.Conn)
 		}

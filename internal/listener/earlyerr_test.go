@@ -147,3 +147,99 @@ func TestObserveEarlyErrors(t *testing.T) {
 		t.Errorf("hook saw %v, want [400 501] (not the handler's 400)", seen)
 	}
 }
+
+// TestObserveEarlyErrorsSkipsPriorKnowledgeH2: on a cleartext connection
+// that opened with the HTTP/2 preface, bytes shaped like an early error
+// (an HTTP/2 frame payload may carry them) are not reported; on one that
+// did not, they are. The preface may arrive split across reads, as
+// net/http reads it in two peeks.
+func TestObserveEarlyErrorsSkipsPriorKnowledgeH2(t *testing.T) {
+	early := []byte("HTTP/1.1 400 Bad Request" + earlyErrorHeaders + "400 Bad Request")
+	tests := []struct {
+		name   string
+		chunks []string // what the peer sends, one read each
+		fired  bool
+	}{
+		{"whole preface", []string{h2Preface}, false},
+		{"preface in two reads", []string{"PRI * HTTP/2.0", "\r\n\r\nSM\r\n\r\n"}, false},
+		{"preface byte by byte", strings.Split(h2Preface, ""), false},
+		{"preface then frames", []string{h2Preface + "\x00\x00\x00\x04\x00\x00\x00\x00\x00"}, false},
+		{"HTTP/1 request", []string{"GET / HTTP/1.1\r\n\r\n"}, true},
+		{"PRI method but not the preface", []string{"PRI * HTTP/1.1\r\n\r\n"}, true},
+		{"preface cut short", []string{"PRI * HTTP/2.0\r\n"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			server, client := net.Pipe()
+			defer client.Close()
+			fired := false
+			c := &earlyErrorConn{Conn: server, fn: func(int, net.Conn) { fired = true }}
+			go func() {
+				for _, ch := range tt.chunks {
+					if _, err := io.WriteString(client, ch); err != nil {
+						return
+					}
+				}
+				_, _ = io.Copy(io.Discard, client)
+			}()
+			buf := make([]byte, 64)
+			for _, ch := range tt.chunks {
+				if _, err := io.ReadFull(c, buf[:len(ch)]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := c.Write(early); err != nil {
+				t.Fatal(err)
+			}
+			server.Close()
+			if fired != tt.fired {
+				t.Errorf("hook fired = %v, want %v", fired, tt.fired)
+			}
+		})
+	}
+}
+
+// TestObserveEarlyErrorsServesPriorKnowledgeH2: an http.Server with
+// unencrypted HTTP/2 enabled serves a prior-knowledge client through the
+// hook, and still serves HTTP/1 on the same listener.
+func TestObserveEarlyErrorsServesPriorKnowledgeH2(t *testing.T) {
+	var mu sync.Mutex
+	var seen []int
+	ln := ObserveEarlyErrors(listen(t), func(code int, _ net.Conn) { mu.Lock(); seen = append(seen, code); mu.Unlock() })
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: &protos, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A body shaped like an early error must not reach the hook.
+		fmt.Fprintf(w, "HTTP/1.1 400 Bad Request%s%s", earlyErrorHeaders, r.Proto)
+	})}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	defer func() { srv.Close(); <-done }()
+
+	for _, h2 := range []bool{true, false} {
+		var cp http.Protocols
+		cp.SetUnencryptedHTTP2(h2)
+		cp.SetHTTP1(!h2)
+		tr := &http.Transport{Protocols: &cp}
+		resp, err := (&http.Client{Transport: tr}).Get("http://" + ln.Addr().String() + "/")
+		if err != nil {
+			t.Fatalf("h2=%v: %v", h2, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		tr.CloseIdleConnections()
+		want := "HTTP/1.1"
+		if h2 {
+			want = "HTTP/2.0"
+		}
+		if resp.Proto != want || !strings.HasSuffix(string(b), want) {
+			t.Errorf("h2=%v: served as %s (%q)", h2, resp.Proto, b)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 0 {
+		t.Errorf("hook saw %v for handler responses", seen)
+	}
+}

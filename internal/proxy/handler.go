@@ -146,9 +146,12 @@ func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 		h.reject(x, http.StatusMethodNotAllowed, bodyConnect+"\n"+hintConnect+"\n", telemetry.DecisionDeniedConnect, reasonConnect)
 		return
 	}
-	if r.RequestURI == "*" || (r.URL.Host == "" && !strings.HasPrefix(r.RequestURI, "/")) {
+	if r.RequestURI == "*" || (r.URL.Host == "" && !strings.HasPrefix(r.RequestURI, "/")) ||
+		(r.ProtoMajor == 2 && !strings.HasPrefix(r.RequestURI, "/")) {
 		// Asterisk-form and other non-origin forms have no path to forward
-		// (the reference answered 500 here, §10.3 #15).
+		// (the reference answered 500 here, §10.3 #15). HTTP/2 has no
+		// absolute-form: the host is :authority (r.Host), and a :path
+		// naming another would be a second destination.
 		h.reject(x, http.StatusBadRequest, bodyInvalidTarget, telemetry.DecisionDeniedNoHost, reasonInvalidTarget)
 		return
 	}

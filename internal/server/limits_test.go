@@ -487,7 +487,9 @@ func TestEarlyErrorsLoggedAndCounted(t *testing.T) {
 		{"userinfo in Host", "GET / HTTP/1.1\r\nHost: x@api.example.test\r\n\r\n", 400},
 		{"HTTP/1.1 without Host", "GET / HTTP/1.1\r\n\r\n", 400},
 		{"bad Transfer-Encoding", "POST / HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
-		{"malformed request line", "GARBAGE\r\n\r\n", 400},
+		// At least 14 bytes: net/http waits for that many to tell the
+		// HTTP/2 preface from HTTP/1 (no valid HTTP/1 request is shorter).
+		{"malformed request line", "GARBAGE-REQUEST-LINE\r\n\r\n", 400},
 		{"unsupported version", "GET / HTTP/9.9\r\nHost: api.example.test\r\n\r\n", 505},
 		{"oversized head", "GET / HTTP/1.1\r\nHost: api.example.test\r\nX-Big: " + strings.Repeat("a", 80<<10) + "\r\n\r\n", 431},
 	}

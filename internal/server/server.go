@@ -349,6 +349,7 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 		return servers, nil, err
 	}
 	plain := &namedServer{name: "proxy", srv: s.newHTTPServer(s.guard(telemetry.ListenerHTTP, s.handler.Plain()))}
+	plain.srv.Protocols = plainProtocols()
 	for _, ln := range proxyLns {
 		limited := limit.Listener(ln, s.dropOptions(telemetry.ListenerHTTP, "connection limit reached, dropping connection"))
 		plain.lns = append(plain.lns, listener.ObserveEarlyErrors(limited, s.earlyError(telemetry.ListenerHTTP)))
@@ -452,6 +453,23 @@ func (s *Server) newHTTPServer(h http.Handler) *http.Server {
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
 	}
+}
+
+// plainProtocols is what the plain listener speaks: HTTP/1 and HTTP/2 with
+// prior knowledge (a connection that opens with the HTTP/2 preface, as
+// plaintext gRPC and curl --http2-prior-knowledge do). Each HTTP/2 stream
+// goes through the same handler as an HTTP/1 request, judged on its own
+// :authority (net/http puts it in Request.Host), under the same
+// http2_max_concurrent_streams, max_concurrent_requests and write
+// deadlines as the interception listener (TestPlainPriorKnowledgeH2).
+// net/http does not implement the "Upgrade: h2c" path: such an offer stays
+// an HTTP/1.1 request, and the proxy drops the Upgrade header
+// (TestPlainH2CUpgradeServedAsHTTP1).
+func plainProtocols() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &p
 }
 
 // bindAll binds addr:port and, when the address was left at its loopback

@@ -56,6 +56,9 @@ type harnessOpts struct {
 	// configured address (port 18080, 18443 or 19090) before the ephemeral
 	// port replaces it.
 	wrapListen func(addr string, ln net.Listener) net.Listener
+	// origin, when set, replaces the origin's handler (set before the
+	// origin starts, so that no request races the change).
+	origin http.Handler
 }
 
 func ephemeral(network, addr string) (net.Listener, error) {
@@ -103,6 +106,9 @@ func start(t *testing.T, o harnessOpts) *harness {
 			_ = json.NewEncoder(w).Encode(map[string]any{"proto": r.Proto, "host": r.Host})
 		}
 	}))
+	if o.origin != nil {
+		h.origin.Config.Handler = o.origin
+	}
 	h.origin.EnableHTTP2 = true
 	h.origin.TLS = &tls.Config{Certificates: []tls.Certificate{h.originCA.Leaf(t, "api.example.test", "other.example.test")}}
 	h.origin.StartTLS()
@@ -143,6 +149,8 @@ egress_policy:
           secret_ref: api-key
     - host: other.example.test
       action: allow
+    - host: blocked.example.test
+      action: deny
 `, h.secretDir, maxConn, shutdown, o.extraYAML)
 	if o.interception != "" {
 		certPath, keyPath := h.botboxCA.WriteFiles(t, dir)

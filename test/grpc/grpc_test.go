@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -231,6 +232,22 @@ func ephemeral(network, addr string) (net.Listener, error) {
 func viaInterception(t *testing.T, o *origin, logs io.Writer) (addr string, ca *testpki.CA) {
 	t.Helper()
 	ca = testpki.NewCA(t, "botbox-grpc-interception-ca")
+	return runServer(t, o, logs, ca).Intercept[0].String(), ca
+}
+
+// viaPlainListener runs a full Server and returns its plain listener's
+// address and no CA: the app speaks plaintext gRPC (HTTP/2 with prior
+// knowledge) to api.example.test:80, redirected there, so :authority is
+// the origin host.
+func viaPlainListener(t *testing.T, o *origin, logs io.Writer) (addr string, ca *testpki.CA) {
+	t.Helper()
+	return runServer(t, o, logs, testpki.NewCA(t, "botbox-grpc-interception-ca")).Proxy[0].String(), nil
+}
+
+// runServer runs a full Server with interception signed by ca and returns
+// its listeners' addresses.
+func runServer(t *testing.T, o *origin, logs io.Writer, ca *testpki.CA) server.Addrs {
+	t.Helper()
 	dir := t.TempDir()
 	certPath, keyPath := ca.WriteFiles(t, dir)
 	yaml := fmt.Sprintf(`
@@ -276,12 +293,12 @@ https_interception:
 	if err != nil {
 		t.Fatalf("Addrs: %v", err)
 	}
-	return addrs.Intercept[0].String(), ca
+	return addrs
 }
 
-// viaPlainHandler serves the plain listener's pipeline (Handler.Plain) over
-// TLS with HTTP/2: the plain listener itself speaks no HTTP/2 yet, and
-// gRPC needs it.
+// viaPlainHandler serves the plain listener's pipeline (Handler.Plain)
+// behind a TLS HTTP/2 server of the test's own: the pipeline without the
+// plain listener in front (viaPlainListener has the real one).
 func viaPlainHandler(t *testing.T, o *origin, logs io.Writer) (addr string, ca *testpki.CA) {
 	t.Helper()
 	cfg, err := config.Parse([]byte("secrets_dir: " + secretsDir(t) + "\n" + policyYAML))
@@ -311,12 +328,17 @@ func viaPlainHandler(t *testing.T, o *origin, logs io.Writer) (addr string, ca *
 	return s.Listener.Addr().String(), ca
 }
 
-// client connects as an app whose connection to api.example.test:443 was
-// sent to addr, trusting ca, with its own placeholder credential.
+// client connects as an app whose connection to api.example.test (port
+// 443, or 80 in plaintext when ca is nil) was sent to addr, trusting ca,
+// with its own placeholder credential.
 func client(t *testing.T, addr string, ca *testpki.CA) *grpc.ClientConn {
 	t.Helper()
+	creds := insecure.NewCredentials()
+	if ca != nil {
+		creds = credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), ServerName: host})
+	}
 	cc, err := grpc.NewClient("passthrough:///"+host,
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool(), ServerName: host})),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "tcp", addr)
@@ -374,6 +396,7 @@ func TestGRPCThroughBotBox(t *testing.T) {
 		start func(*testing.T, *origin, io.Writer) (string, *testpki.CA)
 	}{
 		{"interception listener", viaInterception},
+		{"plain listener, plaintext h2", viaPlainListener},
 		{"plain handler over TLS h2", viaPlainHandler},
 	}
 	for _, p := range paths {
