@@ -383,21 +383,27 @@ func TestIdlePoolEvictsOldestIdle(t *testing.T) {
 	defer active.Close()
 	fmt.Fprint(active, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
 	<-inHandler
-	idle1, br1 := holdConn(t, addr)
-	idle2, br2 := holdConn(t, addr)
 	// net/http marks a connection idle just after writing its response, so
-	// the client can see the response first: wait for the pool to know.
-	eventually.Eventually(t, 5*time.Second, func() bool {
-		pool.mu.Lock()
-		defer pool.mu.Unlock()
-		idle := 0
-		for c := range pool.conns {
-			if !c.active {
-				idle++
+	// the client can see the response first: wait for the pool to know
+	// before the next one, so that idle1 is idle first (the eviction order
+	// under test) even when the machine delays the server's goroutines.
+	idleCount := func(conns, idle int) func() bool {
+		return func() bool {
+			pool.mu.Lock()
+			defer pool.mu.Unlock()
+			n := 0
+			for c := range pool.conns {
+				if !c.active {
+					n++
+				}
 			}
+			return len(pool.conns) == conns && n == idle
 		}
-		return len(pool.conns) == 3 && idle == 2
-	}, "three connections admitted, two of them idle")
+	}
+	idle1, br1 := holdConn(t, addr)
+	eventually.Eventually(t, 5*time.Second, idleCount(2, 1), "two connections admitted, idle1 idle")
+	idle2, br2 := holdConn(t, addr)
+	eventually.Eventually(t, 5*time.Second, idleCount(3, 2), "three connections admitted, two of them idle")
 
 	// A fourth client is served at once; idle1 (the oldest idle) goes.
 	c4, _ := holdConn(t, addr)
