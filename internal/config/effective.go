@@ -52,6 +52,14 @@ type effRule struct {
 	Action         Action       `yaml:"action"`
 	AllowedPorts   []uint16     `yaml:"allowed_ports,flow"`
 	HeaderRewrites []effRewrite `yaml:"header_rewrites,omitempty"`
+	Routes         []effRoute   `yaml:"routes,omitempty"`
+}
+
+// effRoute is a route; omitted methods or paths mean any.
+type effRoute struct {
+	Methods []string `yaml:"methods,flow,omitempty"`
+	Paths   []string `yaml:"paths,flow,omitempty"`
+	Action  Action   `yaml:"action"`
 }
 
 type effRewrite struct {
@@ -124,6 +132,9 @@ func (c *Config) Effective() ([]byte, error) {
 		}
 		for _, h := range r.HeaderRewrites {
 			er.HeaderRewrites = append(er.HeaderRewrites, effRewrite(h))
+		}
+		for _, rt := range r.Routes {
+			er.Routes = append(er.Routes, effRoute(rt))
 		}
 		e.EgressPolicy.Rules = append(e.EgressPolicy.Rules, er)
 	}

@@ -52,6 +52,14 @@ type wireRule struct {
 	Action         *string       `yaml:"action"`
 	HeaderRewrites []wireRewrite `yaml:"header_rewrites"`
 	AllowedPorts   []int64       `yaml:"allowed_ports"`
+	Routes         []wireRoute   `yaml:"routes"`
+}
+
+// wireRoute is one routes entry of a rule.
+type wireRoute struct {
+	Methods []string `yaml:"methods"`
+	Paths   []string `yaml:"paths"`
+	Action  *string  `yaml:"action"`
 }
 
 // wireRewrite is one header_rewrites entry.

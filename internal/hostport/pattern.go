@@ -50,11 +50,9 @@ func ParseWildcard(pattern string) (canonical, suffix string, err error) {
 	return WildcardPrefix + suffix, suffix, nil
 }
 
-// IsWildcard reports whether a rule host is written as a wildcard pattern
-// (it starts with '*'); ParseWildcard decides whether it is a valid one.
-func IsWildcard(host string) bool {
-	return strings.HasPrefix(strings.TrimLeft(host, " \t"), "*")
-}
+// IsWildcard reports whether a rule host is meant as a wildcard pattern (it
+// contains '*'); ParseWildcard decides whether it is a valid one.
+func IsWildcard(host string) bool { return strings.Contains(host, "*") }
 
 // IsCIDR reports whether a rule host is written as a CIDR prefix (it
 // contains '/'); ParseCIDR decides whether it is a valid one.
