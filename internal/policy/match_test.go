@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -187,5 +188,43 @@ func TestDecideRoutesDoNotAllocate(t *testing.T) {
 	tg = Target{Host: mustTarget(t, "a.b.example.com").Host}
 	if n := testing.AllocsPerRun(100, func() { _ = p.Decide(tg) }); n != 0 {
 		t.Errorf("Decide (wildcard) allocates %v times, want 0", n)
+	}
+}
+
+// BenchmarkDecideV2 is Decide for the request of the proxy's
+// BenchmarkServePlainPolicy: the exact-host hit, and a wildcard hit with 5
+// routes (the fifth matching) in a 20-rule policy.
+func BenchmarkDecideV2(b *testing.B) {
+	exact := newPolicy(b, config.ActionDeny, config.Rule{Host: "api.example.test", Action: config.ActionAllow, HeaderRewrites: openAIRewrites})
+	var rules []config.Rule
+	for i := range 8 {
+		rules = append(rules, allowRule(fmt.Sprintf("host-%d.example.org", i)))
+	}
+	for i := range 6 {
+		rules = append(rules, allowRule(fmt.Sprintf("*.cdn-%d.example.net", i)))
+	}
+	rules = append(rules, denyRule("*.internal.example.test"), allowRule("10.0.0.0/8"), denyRule("10.1.0.0/16"), allowRule("2001:db8::/32"), denyRule("blocked.example.test"),
+		config.Rule{Host: "*.example.test", Action: config.ActionAllow, HeaderRewrites: openAIRewrites, Routes: []config.Route{
+			{Paths: []string{"/admin/**"}, Action: config.ActionDeny},
+			{Methods: []string{"POST"}, Paths: []string{"/v1/files/**"}, Action: config.ActionDeny},
+			{Methods: []string{"GET", "HEAD"}, Paths: []string{"/v1/models", "/v1/models/*"}, Action: config.ActionAllow},
+			{Methods: []string{"POST"}, Paths: []string{"/v1/chat/completions", "/v1/responses"}, Action: config.ActionAllow},
+			{Methods: []string{"GET", "POST"}, Paths: []string{"/v1/chat", "/v1/embeddings"}, Action: config.ActionAllow},
+		}})
+	v2 := newPolicy(b, config.ActionDeny, rules...)
+	tg := Target{Host: mustTarget(b, "api.example.test").Host, Method: "GET", Path: "/v1/chat"}
+	for _, v := range []struct {
+		name string
+		p    *Policy
+	}{{"policy=exact", exact}, {"policy=v2-20rules", v2}} {
+		if d := v.p.Decide(tg); !d.Allowed() {
+			b.Fatalf("%s: %+v", v.name, d)
+		}
+		b.Run(v.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				v.p.Decide(tg)
+			}
+		})
 	}
 }
