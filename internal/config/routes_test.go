@@ -60,3 +60,49 @@ func TestRouteErrors(t *testing.T) {
 		wantContains(t, parseErr(t, src), tt.want)
 	}
 }
+
+// TestPolicyWarnings: check warns about routes that can never match and
+// about wildcard allows that still admit what a deny rule seems to refuse.
+func TestPolicyWarnings(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, `egress_policy:
+  rules:
+    - host: "*.example.com"
+      action: allow
+    - host: api.example.com
+      action: deny
+    - host: "*.internal.example.com"
+      action: deny
+    - host: "*.ok.example.com"
+      action: deny
+    - host: ok.example.com
+      action: deny
+    - host: "10.0.0.1"
+      action: deny
+    - host: gh.example.org
+      action: allow
+      routes:
+        - methods: [GET, HEAD]
+          paths: ["/repos/**"]
+        - methods: [GET]
+          paths: ["/repos/acme/*", "/repos/x"]
+        - methods: [GET, POST]
+          paths: ["/repos/acme/*"]
+        - paths: ["/**"]
+          action: deny
+        - methods: [DELETE]
+`)
+	var got []string
+	for _, w := range c.Warnings {
+		got = append(got, w.Path+": "+w.Message)
+	}
+	want := []string{
+		"egress_policy.rules[6].routes[1]: this route can never match: routes[0] (action allow) matches every request it would",
+		"egress_policy.rules[6].routes[4]: this route can never match: routes[3] (action deny) matches every request it would",
+		"egress_policy.rules[1].host: deny rule api.example.com does not cover its subdomains: *.example.com (allow, rules[0]) still allows e.g. x.api.example.com; add a deny rule *.api.example.com if they should be denied too",
+		"egress_policy.rules[2].host: deny rule *.internal.example.com does not cover internal.example.com itself, which *.example.com (allow, rules[0]) still allows; add a deny rule for internal.example.com if it should be denied too",
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("Warnings (-want +got):\n%s", d)
+	}
+}

@@ -289,6 +289,7 @@ func (c *checker) policy(w *wirePolicy) Policy {
 		seen[r.Host] = i
 		p.Rules = append(p.Rules, r)
 	}
+	c.policyWarnings(p)
 	return p
 }
 

@@ -239,3 +239,33 @@ func (g Pattern) Match(p string) bool {
 	}
 	return pi == len(g.segs)
 }
+
+// Covers reports whether every path h matches is also matched by g. It is
+// sound but not complete: true is always right (FuzzCanonical holds it),
+// false may be a miss. It recognises g == h, and g = P/** where P covers
+// the start of h segment by segment ("*" covers a non-empty literal or
+// "*"; a literal covers the same literal).
+func (g Pattern) Covers(h Pattern) bool {
+	if g.segs == nil || h.segs == nil {
+		return false
+	}
+	if g.text == h.text {
+		return true
+	}
+	n := len(g.segs) - 1
+	if g.segs[n] != "**" || len(h.segs) < n {
+		return false
+	}
+	for i, gs := range g.segs[:n] {
+		hs := h.segs[i]
+		switch {
+		case hs == "**":
+			return false
+		case gs == hs:
+		case gs == "*" && hs != "":
+		default:
+			return false
+		}
+	}
+	return true
+}

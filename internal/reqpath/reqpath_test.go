@@ -212,5 +212,50 @@ func FuzzCanonical(f *testing.F) {
 		if got, want := g.Match(c), naiveMatch(g.segs, segs); got != want {
 			t.Fatalf("%q.Match(%q) = %v, naive %v", g, c, got, want)
 		}
+		// Covers is sound: the path as a pattern (when it is one) and a
+		// broader pattern built from it.
+		for _, cover := range []string{"/**", "/*/**", pattern} {
+			cg, err := ParsePattern(cover)
+			if err != nil {
+				continue
+			}
+			if cg.Covers(g) && g.Match(c) && !cg.Match(c) {
+				t.Fatalf("%q.Covers(%q), but %q matches only the latter", cg, g, c)
+			}
+			if pg, err := ParsePattern(c); err == nil && g.Covers(pg) && pg.Match(c) && !g.Match(c) {
+				t.Fatalf("%q.Covers(%q), but %q matches only the latter", g, pg, c)
+			}
+		}
 	})
+}
+
+func TestCovers(t *testing.T) {
+	for _, tc := range []struct {
+		g, h string
+		want bool
+	}{
+		{"/a", "/a", true},
+		{"/**", "/a/b", true},
+		{"/**", "/", true},
+		{"/a/**", "/a", true},
+		{"/a/**", "/a/b/**", true},
+		{"/a/*/**", "/a/b/c", true},
+		{"/a/*/**", "/a/*/c", true},
+		{"/*/**", "/a/", true},
+		{"/*/**", "/", false},
+		{"/a/**", "/b", false},
+		{"/a/*/**", "/a", false},
+		{"/a/*/**", "/a/**", false},
+		{"/a/b", "/a/*", false},
+		{"/a/*", "/a/b", false}, // true in fact; Covers is not complete
+	} {
+		g, err1 := ParsePattern(tc.g)
+		h, err2 := ParsePattern(tc.h)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if got := g.Covers(h); got != tc.want {
+			t.Errorf("%q.Covers(%q) = %v, want %v", tc.g, tc.h, got, tc.want)
+		}
+	}
 }
