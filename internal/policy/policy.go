@@ -71,7 +71,7 @@
 //	p, err := policy.Compile(cfg.Policy) // at load
 //	...
 //	hp, err := hostport.Parse(r.Host)
-//	d := p.Decide(policy.Target{Host: hp, Method: r.Method, Path: r.URL.Path})
+//	d := p.Decide(policy.Target{Host: hp, Method: r.Method, Path: r.URL.EscapedPath()})
 //	if !d.Allowed() { /* 403, reason d.Reason */ }
 //	...
 //	p.AllowsName("api.openai.com") // DNS guard: may this name resolve at all?
