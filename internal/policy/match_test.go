@@ -2,11 +2,14 @@ package policy
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/reqpath"
 )
 
 // precedencePolicy has a rule of every kind overlapping every other.
@@ -227,4 +230,71 @@ func BenchmarkDecideV2(b *testing.B) {
 			}
 		})
 	}
+}
+
+// naiveRoute is the reference route scan FuzzDecideRoutes checks Decide
+// against: split segments, recursive globs, first match wins.
+func naiveRoute(routes []config.Route, method, path string) (int, bool) {
+	var glob func(pat, segs []string) bool
+	glob = func(pat, segs []string) bool {
+		switch {
+		case len(pat) == 0:
+			return len(segs) == 0
+		case pat[0] == "**":
+			for k := 0; k <= len(segs); k++ {
+				if glob(pat[1:], segs[k:]) {
+					return true
+				}
+			}
+			return false
+		case len(segs) == 0:
+			return false
+		case pat[0] == segs[0] || pat[0] == "*" && segs[0] != "":
+			return glob(pat[1:], segs[1:])
+		}
+		return false
+	}
+	segs := strings.Split(path[1:], "/")
+	for i, rt := range routes {
+		if rt.Methods != nil && !slices.Contains(rt.Methods, method) {
+			continue
+		}
+		match := rt.Paths == nil
+		for _, p := range rt.Paths {
+			if glob(strings.Split(p[1:], "/"), segs) {
+				match = true
+			}
+		}
+		if match {
+			return i, rt.Action == config.ActionAllow
+		}
+	}
+	return -1, false
+}
+
+// FuzzDecideRoutes checks the route stage of Decide against naiveRoute, on
+// the canonical path, and that an ambiguous path is never allowed.
+func FuzzDecideRoutes(f *testing.F) {
+	for _, s := range []string{"/repos/acme/app", "/user", "/user/", "/admin/x", "/%7ex/y", "/repos/acme/../x", "//", "/repos/acme/app/issues/7/comments", ""} {
+		for _, m := range []string{"GET", "POST", "DELETE", "PATCH", "get"} {
+			f.Add(m, s)
+		}
+	}
+	p := routedPolicy(f)
+	host := mustTarget(f, "api.github.com").Host
+	rule := p.match("api.github.com")
+	f.Fuzz(func(t *testing.T, method, path string) {
+		d := p.Decide(Target{Host: host, Method: method, Path: path})
+		canon, err := reqpath.Canonical(path)
+		if err != nil {
+			if d.Allowed() || d.Reason != ReasonAmbiguousPath {
+				t.Fatalf("ambiguous %q: %+v", path, d)
+			}
+			return
+		}
+		i, allow := naiveRoute(rule.Routes, method, canon)
+		if d.Route != i || d.Allowed() != allow || d.Path != canon {
+			t.Fatalf("%s %q: Decide route %d allowed %v path %q; naive %d %v %q", method, path, d.Route, d.Allowed(), d.Path, i, allow, canon)
+		}
+	})
 }
