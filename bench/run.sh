@@ -23,7 +23,9 @@
 #   BOTBOX_VARIANTS="h1=GODEBUG=http2client=0;gogc400=GOGC=400"
 #       extra BotBox processes in the small, post and stream scenarios
 #       (environment variables comma-separated; a first element
-#       "@/path/to/botbox" runs another binary, e.g. a baseline build)
+#       "@/path/to/botbox" runs another binary, e.g. a baseline build; the
+#       element "policy=v2" runs issue 11's 20-rule policy with 5 routes on
+#       the hit rule: BOTBOX_VARIANTS="policyv2=policy=v2")
 #   PROFILE=DIR   BotBox runs as bench/profile (the same server code with
 #       pprof); DIR/cpu.prof and DIR/allocs.prof are written when it stops
 set -euo pipefail

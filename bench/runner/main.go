@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,7 +74,8 @@ func main() {
 		}
 	}
 	// BOTBOX_VARIANTS="h1=GODEBUG=http2client=0;gogc400=GOGC=400" adds BotBox
-	// processes with extra environment to the small-request scenario.
+	// processes with extra environment to the small-request scenario; the
+	// element policy=v2 (policyV2Env) runs the 20-rule policy instead.
 	if s := os.Getenv("BOTBOX_VARIANTS"); s != "" {
 		for _, v := range strings.Split(s, ";") {
 			name, env, _ := strings.Cut(v, "=")
@@ -297,13 +299,24 @@ egress_policy:
 			cfg += "  enforce_sni_host_match: false\n  deny_handshake_on_disallowed_sni: true\n"
 		}
 	}
-	file := r.path(name + ".yaml")
-	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
-		return err
-	}
 	var envs []string
 	if env != "" {
 		envs = strings.Split(env, ",")
+	}
+	if i := slices.Index(envs, policyV2Env); i >= 0 {
+		// Not an environment variable: this variant runs the 20-rule
+		// policy (issue 11's budget cell), inserted before the
+		// interception block.
+		envs = slices.Delete(envs, i, i+1)
+		rules, rest, _ := strings.Cut(cfg, "https_interception:")
+		cfg = addPolicyV2(rules)
+		if rest != "" {
+			cfg += "https_interception:" + rest
+		}
+	}
+	file := r.path(name + ".yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		return err
 	}
 	prog, args := filepath.Join(r.bin, "botbox"), []string{"--config", file}
 	if len(envs) > 0 && strings.HasPrefix(envs[0], "@") {
@@ -324,6 +337,60 @@ egress_policy:
 		return waitPort(icpt, 10*time.Second)
 	}
 	return nil
+}
+
+// policyV2Env, as an element of a BOTBOX_VARIANTS environment list
+// ("policyv2=policy=v2"), runs that variant under addPolicyV2's policy.
+const policyV2Env = "policy=v2"
+
+// addPolicyV2 turns the base configuration cfg (its last key being the
+// rules list) into issue 11's budget cell: 20 rules with wildcards and
+// CIDRs, the hit rule 127.0.0.1 carrying 5 routes whose fifth matches the
+// scenarios' requests (GET /small, POST /small, GET /stream), so every
+// request pays the exact lookup, path canonicalisation and the route scan.
+func addPolicyV2(cfg string) string {
+	hit := "    - host: 127.0.0.1\n"
+	i := strings.Index(cfg, hit)
+	if i < 0 {
+		return cfg
+	}
+	// The hit rule's block ends at the next rule.
+	j := strings.Index(cfg[i+len(hit):], "    - host:")
+	end := len(cfg)
+	if j >= 0 {
+		end = i + len(hit) + j
+	}
+	var b strings.Builder
+	b.WriteString(cfg[:end])
+	b.WriteString(`      routes:
+        - paths: ["/admin/**"]
+          action: deny
+        - methods: [DELETE]
+          action: deny
+        - methods: [GET, HEAD]
+          paths: ["/v1/models", "/v1/models/*"]
+        - methods: [POST]
+          paths: ["/v1/chat/completions", "/v1/responses"]
+        - methods: [GET, POST]
+          paths: ["/small", "/stream", "/v1/embeddings"]
+`)
+	b.WriteString(cfg[end:])
+	for k := range 8 {
+		fmt.Fprintf(&b, "    - host: host-%d.example.org\n      action: allow\n", k)
+	}
+	for k := range 6 {
+		fmt.Fprintf(&b, "    - host: \"*.cdn-%d.example.net\"\n      action: allow\n", k)
+	}
+	b.WriteString(`    - host: "*.internal.example.test"
+      action: deny
+    - host: "10.0.0.0/8"
+      action: allow
+    - host: "10.1.0.0/16"
+      action: deny
+    - host: "2001:db8::/32"
+      action: allow
+`)
+	return b.String()
 }
 
 func (r *runner) startNginx() error {

@@ -11,6 +11,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/policy"
 )
 
 func readTestdata(t *testing.T, name string) string {
@@ -161,5 +165,47 @@ func TestPKI(t *testing.T) {
 	}
 	if err := leaf.VerifyHostname("::1"); err != nil {
 		t.Errorf("origin certificate lacks ::1: %v", err)
+	}
+}
+
+// TestAddPolicyV2: the policy=v2 variant's configuration has 20 rules, the
+// hit rule keeps its credential and gains 5 routes admitting exactly the
+// benchmark's requests, and the interception block survives.
+func TestAddPolicyV2(t *testing.T) {
+	t.Parallel()
+	base := `secrets_dir: /s
+egress_policy:
+  default_action: deny
+  rules:
+    - host: 127.0.0.1
+      action: allow
+      allowed_ports: [18443]
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: origin-token
+    - host: localhost
+      action: allow
+`
+	cfg, err := config.Parse([]byte(addPolicyV2(base)))
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, addPolicyV2(base))
+	}
+	if n := len(cfg.Policy.Rules); n != 20 {
+		t.Errorf("%d rules, want 20", n)
+	}
+	p, err := policy.Compile(cfg.Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp, _ := hostport.Parse("127.0.0.1:18443")
+	for _, tc := range []struct {
+		method, path string
+		allowed      bool
+	}{{"GET", "/small", true}, {"POST", "/small", true}, {"GET", "/stream", true}, {"DELETE", "/small", false}, {"GET", "/other", false}} {
+		d := p.Decide(policy.Target{Host: hp, Method: tc.method, Path: tc.path})
+		if d.Allowed() != tc.allowed || d.Rule == nil || len(d.Rule.HeaderRewrites) != 1 {
+			t.Errorf("%s %s: %+v, want allowed=%v by the hit rule with its rewrite", tc.method, tc.path, d, tc.allowed)
+		}
 	}
 }

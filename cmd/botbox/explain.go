@@ -263,6 +263,7 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 		} else {
 			fmt.Fprintln(w, "ports:    443 only (allowed_ports not set)")
 		}
+		e.printRoute(w, rule, res.line[telemetry.KeyRoute])
 	} else if decision == telemetry.DecisionAllow {
 		fmt.Fprintln(w, "rule:     none (default_action: allow; no header rewrites)")
 	}
@@ -299,6 +300,28 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 		return exitOK
 	}
 	return exitError
+}
+
+// printRoute names the route that decided (the decision line's route
+// field), or says that none of the rule's routes matched.
+func (e *explainer) printRoute(w io.Writer, rule *config.Rule, idx any) {
+	if rule.Routes == nil {
+		return
+	}
+	i, ok := idx.(float64)
+	if !ok || int(i) < 0 || int(i) >= len(rule.Routes) {
+		fmt.Fprintf(w, "route:    none of the rule's %d routes decided (refused before matching, or no route matches)\n", len(rule.Routes))
+		return
+	}
+	rt := rule.Routes[int(i)]
+	methods, paths := "any", "any"
+	if rt.Methods != nil {
+		methods = strings.Join(rt.Methods, ", ")
+	}
+	if rt.Paths != nil {
+		paths = strings.Join(rt.Paths, ", ")
+	}
+	fmt.Fprintf(w, "route:    egress_policy.rules[%d].routes[%d] (methods %s; paths %s; action %s)\n", rule.Index, int(i), methods, paths, rt.Action)
 }
 
 // rule returns the configured rule for a canonical host, nil if none.

@@ -65,6 +65,45 @@ func TestExplain(t *testing.T) {
 	}
 }
 
+// TestExplainRoutes: explain names the route that decided, through the
+// real handler's decision line.
+func TestExplainRoutes(t *testing.T) {
+	sec := secretsWith(t, map[string]string{"openai-api-key": "sk-real\n"})
+	p := explainConfig(t, sec, `    - host: "*.github.example"
+      action: allow
+      routes:
+        - methods: [GET, HEAD]
+          paths: ["/repos/acme/**"]
+        - methods: [DELETE]
+          action: deny
+`)
+	for _, tt := range []struct {
+		args     []string
+		want     []string
+		wantCode int
+	}{
+		{[]string{"http://api.github.example/repos/acme/app"}, []string{"decision: allow", "reason:   rule_allow",
+			"rule:     egress_policy.rules[3] (host *.github.example, action allow)",
+			"route:    egress_policy.rules[3].routes[0] (methods GET, HEAD; paths /repos/acme/**; action allow)"}, 0},
+		{[]string{"--method", "DELETE", "http://api.github.example/repos/acme/app"}, []string{"decision: deny (denied_route)", "status:   403", "reason:   route_deny",
+			"route:    egress_policy.rules[3].routes[1] (methods DELETE; paths any; action deny)"}, 1},
+		{[]string{"--method", "POST", "http://api.github.example/repos/acme/app"}, []string{"decision: deny (denied_route)", "reason:   no_route",
+			"route:    none of the rule's 2 routes decided"}, 1},
+		{[]string{"http://api.github.example/repos/acme/%2e%2e/x"}, []string{"decision: deny (denied_path)", "status:   400", "reason:   ambiguous_path"}, 1},
+		{[]string{"http://github.example/"}, []string{"decision: deny", "reason:   default_deny"}, 1},
+	} {
+		code, out, errOut := runArgs(t, nil, append([]string{"explain", "-c", p}, tt.args...)...)
+		if code != tt.wantCode {
+			t.Errorf("explain %v: exit %d, want %d\n%s%s", tt.args, code, tt.wantCode, out, errOut)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("explain %v lacks %q:\n%s", tt.args, w, out)
+			}
+		}
+	}
+}
+
 // TestExplainMissingSecret: a rule whose secret file is absent is allowed by
 // policy, but the real request gets 500 and is not forwarded: explain says
 // so and exits 1.

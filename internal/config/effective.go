@@ -53,8 +53,16 @@ type effRule struct {
 	AllowedPorts   []uint16     `yaml:"allowed_ports,flow"`
 	HeaderRewrites []effRewrite `yaml:"header_rewrites,omitempty"`
 
-	RemoveHeaders           []string `yaml:"remove_headers,omitempty,flow"`
-	ResponseHeaderTimeoutMS int64    `yaml:"response_header_timeout_ms,omitempty"`
+	RemoveHeaders           []string   `yaml:"remove_headers,omitempty,flow"`
+	ResponseHeaderTimeoutMS int64      `yaml:"response_header_timeout_ms,omitempty"`
+	Routes                  []effRoute `yaml:"routes,omitempty"`
+}
+
+// effRoute is a route; omitted methods or paths mean any.
+type effRoute struct {
+	Methods []string `yaml:"methods,flow,omitempty"`
+	Paths   []string `yaml:"paths,flow,omitempty"`
+	Action  Action   `yaml:"action"`
 }
 
 type effRewrite struct {
@@ -128,6 +136,9 @@ func (c *Config) Effective() ([]byte, error) {
 		}
 		for _, h := range r.HeaderRewrites {
 			er.HeaderRewrites = append(er.HeaderRewrites, effRewrite(h))
+		}
+		for _, rt := range r.Routes {
+			er.Routes = append(er.Routes, effRoute(rt))
 		}
 		e.EgressPolicy.Rules = append(e.EgressPolicy.Rules, er)
 	}

@@ -77,9 +77,6 @@ func joinProblems(ps []*FieldError) error {
 // " (write the bare host: api.x.com)", or "" when there is no obvious one.
 // Users paste URLs ("https://api.x.com/v1") and wildcards into host:.
 func hostHint(raw string) string {
-	if strings.Contains(raw, "*") {
-		return " (list each host name in its own rule)"
-	}
 	s := raw
 	if _, rest, ok := strings.Cut(s, "://"); ok {
 		s = rest

@@ -110,6 +110,23 @@ type Rule struct {
 	// ResponseHeaderTimeout overrides Timeouts.UpstreamResponseHeader for
 	// requests this rule allows; 0 when omitted (the global value applies).
 	ResponseHeaderTimeout time.Duration
+	// Routes is nil when omitted: every method and path is allowed. Else
+	// the first route matching the request's method and canonical path
+	// decides, and a request no route matches is denied. Only allow rules
+	// have routes.
+	Routes []Route
+}
+
+// Route is one routes entry of an allow rule.
+type Route struct {
+	// Methods are upper-case method tokens; nil (omitted or "*") is any
+	// method. CONNECT is never listed (it is refused everywhere).
+	Methods []string
+	// Paths are canonical path globs (package reqpath); nil (omitted) is any
+	// path.
+	Paths []string
+	// Action is allow (the default) or deny.
+	Action Action
 }
 
 // HeaderRewrite is one header_rewrites entry.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/reqpath"
 	"github.com/botbox/botbox/internal/secretref"
 )
 
@@ -291,6 +292,7 @@ func (c *checker) policy(w *wirePolicy) Policy {
 		seen[r.Host] = i
 		p.Rules = append(p.Rules, r)
 	}
+	c.policyWarnings(p)
 	return p
 }
 
@@ -336,11 +338,89 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 			r.HeaderRewrites = append(r.HeaderRewrites, h)
 		}
 	}
+
+	if hostOK && r.Action == ActionAllow && hostport.IsCIDR(host) {
+		if pfx, err := netip.ParsePrefix(host); err == nil && (pfx.Addr().Is4() && pfx.Bits() < minAllowBits4 || pfx.Addr().Is6() && pfx.Bits() < minAllowBits6) {
+			c.errorf(path+".host", "CIDR %s is too wide for an allow rule (at most /%d for IPv4, /%d for IPv6); split it or use a deny rule", host, minAllowBits4, minAllowBits6)
+		}
+	}
+	r.Routes = c.routes(path, label, r.Action, w)
 	r.RemoveHeaders = c.removeHeaders(path+".remove_headers", label, w)
 	if w.ResponseHeaderTimeoutMS != nil {
 		r.ResponseHeaderTimeout = c.ms(path+".response_header_timeout_ms", w.ResponseHeaderTimeoutMS, 0, 1, responseHeaderTimeoutMSLimit)
 	}
 	return r, hostOK
+}
+
+// The widest CIDR an allow rule may name: wider prefixes are almost always
+// a mistake that opens a large part of the address space.
+const (
+	minAllowBits4 = 8
+	minAllowBits6 = 32
+)
+
+// routes validates a rule's routes (nil when the key is omitted).
+func (c *checker) routes(path, label string, action Action, w wireRule) []Route {
+	if w.Routes == nil && !c.isEmptyList(path+".routes") {
+		return nil
+	}
+	if len(w.Routes) == 0 {
+		c.errorf(path+".routes", "routes cannot be empty for host '%s' (omit the key to allow every method and path)", label)
+		return nil
+	}
+	if action == ActionDeny {
+		c.errorf(path+".routes", "routes are only allowed on an allow rule (host '%s' is denied as a whole)", label)
+	}
+	out := make([]Route, 0, len(w.Routes))
+	for j, wr := range w.Routes {
+		rp := fmt.Sprintf("%s.routes[%d]", path, j)
+		rt := Route{Action: ActionAllow}
+		if wr.Action != nil {
+			a, ok := parseAction(*wr.Action)
+			if !ok {
+				c.errorf(rp+".action", "must be allow or deny, got '%s'", clip(*wr.Action))
+			}
+			rt.Action = a
+		}
+		if wr.Methods != nil || c.isEmptyList(rp+".methods") {
+			if len(wr.Methods) == 0 {
+				c.errorf(rp+".methods", "methods cannot be empty (omit the key or write [\"*\"] for any method)")
+			}
+			rt.Methods = make([]string, 0, len(wr.Methods))
+			for k, m := range wr.Methods {
+				mp := fmt.Sprintf("%s.methods[%d]", rp, k)
+				switch {
+				case m == "*":
+				case !httpguts.ValidHeaderFieldName(m): // the token grammar
+					c.errorf(mp, "invalid method '%s' (an HTTP method token such as GET)", clip(m))
+				case strings.ToUpper(m) != m:
+					c.errorf(mp, "method '%s' must be upper-case (methods are case-sensitive: write %s)", clip(m), strings.ToUpper(m))
+				case m == "CONNECT":
+					c.errorf(mp, "CONNECT cannot be allowed by a route (BotBox always refuses CONNECT with 405)")
+				default:
+					rt.Methods = append(rt.Methods, m)
+				}
+			}
+			if slices.Contains(wr.Methods, "*") {
+				rt.Methods = nil
+			}
+		}
+		if wr.Paths != nil || c.isEmptyList(rp+".paths") {
+			if len(wr.Paths) == 0 {
+				c.errorf(rp+".paths", "paths cannot be empty (omit the key or write [\"/**\"] for any path)")
+			}
+			for k, ps := range wr.Paths {
+				g, err := reqpath.ParsePattern(ps)
+				if err != nil {
+					c.errorf(fmt.Sprintf("%s.paths[%d]", rp, k), "%v", err)
+					continue
+				}
+				rt.Paths = append(rt.Paths, g.String())
+			}
+		}
+		out = append(out, rt)
+	}
+	return out
 }
 
 // removeHeaders validates a rule's remove_headers: valid, unique (under
@@ -395,6 +475,24 @@ func (c *checker) ruleHost(path string, raw *string) (string, bool) {
 		c.errorf(path, "host '%s' has leading/trailing whitespace in egress policy rule", clip(*raw))
 		return "", false
 	}
+	switch {
+	case hostport.IsWildcard(*raw):
+		h, _, err := hostport.ParseWildcard(*raw)
+		if err != nil {
+			c.errorf(path, "%v", err)
+			return "", false
+		}
+		return h, true
+	case hostport.IsCIDR(*raw) && looksLikeIP(*raw):
+		// Anything else with a '/' ("api.x.com/v1") falls through to the
+		// host error and its "write the bare host" hint.
+		_, h, err := hostport.ParseCIDR(*raw)
+		if err != nil {
+			c.errorf(path, "%v", err)
+			return "", false
+		}
+		return h, true
+	}
 	h, err := hostport.ParseHost(*raw)
 	if err == nil {
 		return h, true
@@ -406,6 +504,14 @@ func (c *checker) ruleHost(path string, raw *string) (string, bool) {
 	}
 	c.warn(path, fmt.Sprintf("port %d in host '%s' is ignored; only allowed_ports selects ports (without it only 443 is allowed)%s", hp.Port, clip(*raw), portHint(hp)))
 	return hp.Host, true
+}
+
+// looksLikeIP reports whether the text before a '/' is an IP address, so
+// a CIDR error (not a "write the bare host" hint) explains the problem.
+func looksLikeIP(raw string) bool {
+	before, _, _ := strings.Cut(raw, "/")
+	_, err := netip.ParseAddr(before)
+	return err == nil
 }
 
 // rewrite validates one header rewrite.

@@ -53,8 +53,16 @@ type wireRule struct {
 	HeaderRewrites []wireRewrite `yaml:"header_rewrites"`
 	AllowedPorts   []int64       `yaml:"allowed_ports"`
 
-	RemoveHeaders           []string `yaml:"remove_headers"`
-	ResponseHeaderTimeoutMS *int64   `yaml:"response_header_timeout_ms"`
+	RemoveHeaders           []string    `yaml:"remove_headers"`
+	ResponseHeaderTimeoutMS *int64      `yaml:"response_header_timeout_ms"`
+	Routes                  []wireRoute `yaml:"routes"`
+}
+
+// wireRoute is one routes entry of a rule.
+type wireRoute struct {
+	Methods []string `yaml:"methods"`
+	Paths   []string `yaml:"paths"`
+	Action  *string  `yaml:"action"`
 }
 
 // wireRewrite is one header_rewrites entry.

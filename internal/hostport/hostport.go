@@ -19,6 +19,12 @@
 // dotted-quad, and a last label "0x…" is refused. This closes the aliasing of
 // deny rules described in reference §10.3 #3.
 //
+// Rule hosts have two more forms, parsed beside ParseHost: wildcards
+// ("*.example.com", ParseWildcard: a canonical suffix, never '*' elsewhere,
+// never over a public suffix) and CIDR prefixes ("10.0.0.0/8", ParseCIDR).
+// Parse and ParseHost still refuse '*' and '/': a request target is never a
+// pattern.
+//
 // The package is pure: no DNS, no I/O, no global state. It is the one host
 // grammar of BotBox: package mitm validates TLS server names with ParseHost.
 //

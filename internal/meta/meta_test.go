@@ -67,14 +67,15 @@ var allowedInternal = map[string][]string{
 	"echo":       {},
 	"secretref":  {},
 	"hostport":   {"echo"},
+	"reqpath":    {"echo"},
 	"telemetry":  {},
 	"buildinfo":  {},
 	"admin":      {},
-	"config":     {"echo", "hostport", "secretref"},
+	"config":     {"echo", "hostport", "reqpath", "secretref"},
 	"secrets":    {"secretref", "volwatch"}, // secretref.Valid: the one secret_ref name rule
 	"volwatch":   {},
 	"generation": {"config", "policy", "rewrite"},
-	"policy":     {"config", "hostport"},
+	"policy":     {"config", "hostport", "reqpath"},
 	"rewrite":    {"config", "echo", "secrets"}, // secrets only for the Value type
 	"upstream":   {},
 	"mitm":       {"echo", "hostport"},

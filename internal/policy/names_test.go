@@ -62,6 +62,7 @@ func FuzzAllowsName(f *testing.F) {
 	for _, s := range []string{
 		"api.openai.com", "API.OPENAI.COM.", "blocked.example", "Blocked.Example", "b.example", "::1", "[::1]",
 		"xn--bcher-kva.example", "bücher.example", "127.1", "", "a..b", "a.example:443",
+		"a.wild.example", "wild.example", "x.deny.wild.example", "a.ports.example", "10.1.2.3", "10.9.1.1",
 	} {
 		f.Add(s, "b.example", true, []byte{0x20, 0xfb}, false)
 		f.Add(s, "bücher.example", false, []byte(nil), true)
@@ -74,6 +75,11 @@ func FuzzAllowsName(f *testing.F) {
 			{Host: "api.openai.com", Action: config.ActionAllow},
 			{Host: "::1", Action: config.ActionAllow, AllowedPorts: []uint16{8080}},
 			{Host: "blocked.example", Action: config.ActionDeny},
+			{Host: "*.wild.example", Action: config.ActionAllow, AllowedPorts: []uint16{443, 8443}},
+			{Host: "*.deny.wild.example", Action: config.ActionDeny},
+			{Host: "*.ports.example", Action: config.ActionAllow, AllowedPorts: []uint16{9000}},
+			{Host: "10.0.0.0/8", Action: config.ActionAllow},
+			{Host: "10.9.0.0/16", Action: config.ActionDeny},
 		}
 		if h, err := hostport.ParseHost(ruleHost); err == nil && !slices.ContainsFunc(rules, func(r config.Rule) bool { return r.Host == h }) {
 			r := config.Rule{Host: h, Action: config.ActionDeny}

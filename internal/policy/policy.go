@@ -18,33 +18,45 @@
 //     no header rewrites) iff port == 443, else Deny (ReasonPortNotAllowed);
 //   - no rule, default deny: Deny (ReasonDefaultDeny).
 //
-// Hosts match exactly on their canonical form (package hostport: lowercase,
+// # Host matching
+//
+// A rule's host is one of three kinds, and match picks at most one rule,
+// most specific first (the precedence table in TestPrecedence):
+//
+//  1. exact: the rule's canonical host equals the target's (a map lookup);
+//  2. wildcard "*.example.com": the target is a name with one or more labels
+//     before the suffix (never the suffix itself); the longest matching
+//     suffix wins. A suffix map is probed label by label from the longest
+//     candidate ("a.b.example.com" tries "b.example.com", then
+//     "example.com", then "com"), so the first hit is the longest;
+//  3. CIDR "203.0.113.0/24": IP-literal targets only; the longest matching
+//     prefix wins (the prefixes are kept sorted by length, longest first).
+//
+// Hosts are compared on their canonical form (package hostport: lowercase,
 // punycode, no trailing dot, canonical IP text), so case, a trailing dot or
-// IDNA spelling cannot dodge a deny rule (reference §10.3 #3).
+// IDNA spelling cannot dodge a deny rule (reference §10.3 #3). So
+// api.example.com (deny) beats *.example.com (allow), and
+// *.internal.example.com (deny) beats *.example.com (allow). There is no
+// deny-overrides across kinds: the most specific rule decides alone.
+//
+// # Routes
+//
+// After the host and port are allowed by a rule with routes, the target's
+// Path (the request's escaped path) is canonicalised (package reqpath); an
+// ambiguous path is denied with ReasonAmbiguousPath (the proxy answers
+// 400) before any route is tried. Then the first route whose methods and
+// path globs match decides: an allow route allows (ReasonRuleAllow), a deny
+// route denies (ReasonRouteDeny); no matching route denies (ReasonNoRoute).
+// Decision.Path is the canonical path, the one the proxy must forward.
+// A rule without routes never looks at the path, so reference configs
+// decide exactly as before.
 //
 // # Extension points
-//
-// Decide is written as two stages so that the roadmap's richer policy (SPEC
-// §5.4) extends it instead of rewriting it:
-//
-//  1. match(Target) finds the candidate rule. Today it is one stage, the
-//     exact-host index (a map keyed by canonical host). Further stages slot
-//     in after it, most specific first: wildcard hosts ("*.example.com", a
-//     suffix index walked label by label, longest suffix first) and, for IP
-//     literals, CIDR rules (netip.Prefix, longest prefix first). With
-//     deny-overrides, match collects every matching rule and a deny among
-//     them wins.
-//  2. verdict(rule, port) applies the rule's conditions. Today that is the
-//     action and allowed_ports; per-rule methods and paths become further
-//     conditions on Rule, checked against the Target (which already carries
-//     Method and Path), each with its own Reason.
 //
 // A report (shadow) mode is a flag on Policy: Decide still computes the real
 // decision, and Decision gains a field telling the caller to forward while
 // logging the would-be denial. Reason is a closed enum, so each addition is
 // a new constant and metric/log label sets stay bounded.
-//
-// Only exact hosts are implemented now; Compile refuses anything else.
 //
 // Two port-agnostic questions sit beside Decide: AllowsHost (port 443, the
 // TLS interception authorizer's question about an SNI name) and AllowsName
@@ -59,19 +71,23 @@
 //	p, err := policy.Compile(cfg.Policy) // at load
 //	...
 //	hp, err := hostport.Parse(r.Host)
-//	d := p.Decide(policy.Target{Host: hp, Method: r.Method, Path: r.URL.Path})
+//	d := p.Decide(policy.Target{Host: hp, Method: r.Method, Path: r.URL.EscapedPath()})
 //	if !d.Allowed() { /* 403, reason d.Reason */ }
 //	...
 //	p.AllowsName("api.openai.com") // DNS guard: may this name resolve at all?
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/reqpath"
 )
 
 // DefaultPort is the port a target without an explicit port is evaluated
@@ -125,6 +141,15 @@ const (
 	// ReasonPortNotAllowed: the host is allowed (by a rule or by default)
 	// but not on this port.
 	ReasonPortNotAllowed Reason = "port_not_allowed"
+	// ReasonRouteDeny: the rule allows host and port, and its first
+	// matching route is a deny route (403 route not allowed).
+	ReasonRouteDeny Reason = "route_deny"
+	// ReasonNoRoute: the rule allows host and port, but none of its routes
+	// matches the method and path (403 route not allowed).
+	ReasonNoRoute Reason = "no_route"
+	// ReasonAmbiguousPath: the rule has routes and the request path has
+	// more than one reading (package reqpath); the proxy answers 400.
+	ReasonAmbiguousPath Reason = "ambiguous_path"
 )
 
 // Target is what a decision is about.
@@ -132,9 +157,12 @@ type Target struct {
 	// Host is the canonical host and optional port, as returned by
 	// hostport.Parse. A hand-built, non-canonical Host matches no rule.
 	Host hostport.HostPort
-	// Method and Path are the request's; no rule condition uses them yet
-	// (reserved for per-rule methods and paths).
-	Method, Path string
+	// Method is the request method, compared byte for byte with a route's
+	// methods (methods are case-sensitive).
+	Method string
+	// Path is the request's escaped path (url.URL.EscapedPath: no query).
+	// Only a rule with routes looks at it, after canonicalising it.
+	Path string
 }
 
 // Rule is one compiled rule: the configured rule (its canonical Host, its
@@ -142,6 +170,30 @@ type Target struct {
 // belongs to its Policy and must not be modified (slices included).
 type Rule struct {
 	config.Rule
+	routes []route
+}
+
+// route is a compiled config.Route.
+type route struct {
+	methods []string // nil: any
+	paths   []reqpath.Pattern
+	anyPath bool
+	allow   bool
+}
+
+func (rt *route) matches(method, path string) bool {
+	if rt.methods != nil && !slices.Contains(rt.methods, method) {
+		return false
+	}
+	if rt.anyPath {
+		return true
+	}
+	for i := range rt.paths {
+		if rt.paths[i].Match(path) {
+			return true
+		}
+	}
+	return false
 }
 
 // AllowsPort reports whether the rule's port list permits port (the action
@@ -166,6 +218,13 @@ type Decision struct {
 	// Port is the effective port the decision was made for (443 when the
 	// target had none).
 	Port uint16
+	// Route is the index in Rule.Routes of the route that decided, -1 when
+	// none did (no routes on the rule, no route matched, or the decision
+	// was made before routes were tried).
+	Route int
+	// Path is the canonical request path when the rule's routes were tried
+	// (the path the proxy must forward), "" otherwise.
+	Path string
 }
 
 // Allowed reports whether the request may be forwarded (Allow or
@@ -179,8 +238,17 @@ type Policy struct {
 	defaultAllow bool
 	// rules holds every rule in file order; the indexes point into it.
 	rules []Rule
-	// exact indexes rules by canonical host (match stage 1).
+	// exact indexes exact-host rules by canonical host (match stage 1).
 	exact map[string]*Rule
+	// wild indexes wildcard rules by canonical suffix (stage 2).
+	wild map[string]*Rule
+	// cidrs holds CIDR rules, longest prefix first (stage 3).
+	cidrs []cidrRule
+}
+
+type cidrRule struct {
+	prefix netip.Prefix
+	rule   *Rule
 }
 
 // Compile checks and compiles p. It refuses what config validation should
@@ -192,6 +260,7 @@ func Compile(p config.Policy) (*Policy, error) {
 	c := &Policy{
 		rules: make([]Rule, len(p.Rules)),
 		exact: make(map[string]*Rule, len(p.Rules)),
+		wild:  make(map[string]*Rule),
 	}
 	switch p.DefaultAction {
 	case config.ActionAllow:
@@ -200,21 +269,81 @@ func Compile(p config.Policy) (*Policy, error) {
 	default:
 		return nil, fmt.Errorf("egress_policy.default_action: unknown action %q", p.DefaultAction)
 	}
+	seen := make(map[string]int, len(p.Rules))
 	for i, r := range p.Rules {
 		if err := checkRule(r); err != nil {
 			return nil, fmt.Errorf("egress_policy.rules[%d]: %w", i, err)
 		}
-		if prev, dup := c.exact[r.Host]; dup {
-			return nil, fmt.Errorf("egress_policy.rules[%d]: duplicate host %q (also rules[%d])", i, r.Host, prev.Index)
+		if prev, dup := seen[r.Host]; dup {
+			return nil, fmt.Errorf("egress_policy.rules[%d]: duplicate host %q (also rules[%d])", i, r.Host, prev)
 		}
+		seen[r.Host] = i
 		cfg := r
 		cfg.Index = i
 		cfg.AllowedPorts = slices.Clone(r.AllowedPorts)
 		cfg.HeaderRewrites = slices.Clone(r.HeaderRewrites)
-		c.rules[i] = Rule{Rule: cfg}
-		c.exact[r.Host] = &c.rules[i]
+		cfg.Routes = nil
+		for _, rt := range r.Routes {
+			cfg.Routes = append(cfg.Routes, config.Route{Methods: slices.Clone(rt.Methods), Paths: slices.Clone(rt.Paths), Action: rt.Action})
+		}
+		routes, err := compileRoutes(r.Routes)
+		if err != nil {
+			return nil, fmt.Errorf("egress_policy.rules[%d]: %w", i, err)
+		}
+		c.rules[i] = Rule{Rule: cfg, routes: routes}
+		rule := &c.rules[i]
+		switch {
+		case strings.HasPrefix(r.Host, hostport.WildcardPrefix):
+			c.wild[strings.TrimPrefix(r.Host, hostport.WildcardPrefix)] = rule
+		case hostport.IsCIDR(r.Host):
+			pfx, _, _ := hostport.ParseCIDR(r.Host) // checked by checkRule
+			c.cidrs = append(c.cidrs, cidrRule{prefix: pfx, rule: rule})
+		default:
+			c.exact[r.Host] = rule
+		}
 	}
+	// Longest prefix first; equal lengths keep file order (they cannot
+	// overlap unless equal, and equal prefixes are duplicates).
+	slices.SortStableFunc(c.cidrs, func(a, b cidrRule) int { return cmp.Compare(b.prefix.Bits(), a.prefix.Bits()) })
 	return c, nil
+}
+
+func compileRoutes(rs []config.Route) ([]route, error) {
+	if rs != nil && len(rs) == 0 {
+		return nil, errors.New("routes is empty (omit it to allow every method and path)")
+	}
+	out := make([]route, 0, len(rs))
+	for j, rt := range rs {
+		cr := route{methods: slices.Clone(rt.Methods), anyPath: rt.Paths == nil}
+		switch rt.Action {
+		case config.ActionAllow:
+			cr.allow = true
+		case config.ActionDeny:
+		default:
+			return nil, fmt.Errorf("routes[%d]: unknown action %q", j, rt.Action)
+		}
+		if rt.Methods != nil && len(rt.Methods) == 0 {
+			return nil, fmt.Errorf("routes[%d]: methods is empty (omit it for any method)", j)
+		}
+		if rt.Paths != nil && len(rt.Paths) == 0 {
+			return nil, fmt.Errorf("routes[%d]: paths is empty (omit it for any path)", j)
+		}
+		for _, ps := range rt.Paths {
+			g, err := reqpath.ParsePattern(ps)
+			if err != nil {
+				return nil, fmt.Errorf("routes[%d]: %w", j, err)
+			}
+			if g.String() != ps {
+				return nil, fmt.Errorf("routes[%d]: path %q is not canonical (want %q)", j, ps, g.String())
+			}
+			cr.paths = append(cr.paths, g)
+		}
+		out = append(out, cr)
+	}
+	if rs == nil {
+		return nil, nil
+	}
+	return out, nil
 }
 
 func checkRule(r config.Rule) error {
@@ -223,7 +352,20 @@ func checkRule(r config.Rule) error {
 	default:
 		return fmt.Errorf("unknown action %q", r.Action)
 	}
-	canon, err := hostport.ParseHost(r.Host)
+	var canon string
+	var err error
+	switch {
+	case hostport.IsWildcard(r.Host):
+		canon, _, err = hostport.ParseWildcard(r.Host)
+	case hostport.IsCIDR(r.Host):
+		var pfx netip.Prefix
+		pfx, canon, err = hostport.ParseCIDR(r.Host)
+		if err == nil && r.Action == config.ActionAllow && (pfx.Addr().Is4() && pfx.Bits() < 8 || pfx.Addr().Is6() && pfx.Bits() < 32) {
+			return fmt.Errorf("CIDR %s is too wide for an allow rule", r.Host)
+		}
+	default:
+		canon, err = hostport.ParseHost(r.Host)
+	}
 	if err != nil {
 		return fmt.Errorf("host: %w", err)
 	}
@@ -236,58 +378,119 @@ func checkRule(r config.Rule) error {
 	if slices.Contains(r.AllowedPorts, 0) {
 		return errors.New("allowed_ports contains port 0")
 	}
+	if r.Routes != nil && r.Action != config.ActionAllow {
+		return errors.New("routes on a deny rule")
+	}
 	return nil
 }
 
-// Decide decides t. It never allocates. A nil *Policy, or a target with an
-// empty host, is denied.
+// Decide decides t. It does not allocate unless the rule has routes and
+// the path is not canonical. A nil *Policy, or a target with an empty host,
+// is denied.
 func (p *Policy) Decide(t Target) Decision {
 	port := t.Host.PortOr(DefaultPort)
 	if p == nil || t.Host.Host == "" {
-		return Decision{Kind: Deny, Reason: ReasonDefaultDeny, Port: port}
+		return Decision{Kind: Deny, Reason: ReasonDefaultDeny, Port: port, Route: -1}
 	}
-	return p.verdict(p.match(t), port)
+	d := p.verdict(p.match(t.Host.Host), port)
+	if d.Kind != Allow || d.Rule.routes == nil {
+		return d
+	}
+	return d.Rule.route(d, t)
 }
 
-// match finds the rule naming t's host, nil if none. Later stages
-// (wildcards, CIDRs) go here; see the package doc.
-func (p *Policy) match(t Target) *Rule {
-	return p.exact[t.Host.Host]
+// route applies r's routes to an Allow decision d for t.
+func (r *Rule) route(d Decision, t Target) Decision {
+	cp, err := reqpath.Canonical(t.Path)
+	if err != nil {
+		return Decision{Kind: Deny, Rule: r, Reason: ReasonAmbiguousPath, Port: d.Port, Route: -1}
+	}
+	d.Path = cp
+	for i := range r.routes {
+		if !r.routes[i].matches(t.Method, cp) {
+			continue
+		}
+		d.Route = i
+		if !r.routes[i].allow {
+			d.Kind, d.Reason = Deny, ReasonRouteDeny
+		}
+		return d
+	}
+	d.Kind, d.Reason = Deny, ReasonNoRoute
+	return d
 }
 
-// verdict applies rule r (nil: the default action) to port.
+// match finds the rule for the canonical host h, nil if none: exact, then
+// the longest wildcard suffix, then (IP literals) the longest CIDR.
+func (p *Policy) match(h string) *Rule {
+	if r := p.exact[h]; r != nil {
+		return r
+	}
+	if len(p.wild) > 0 {
+		for i := strings.IndexByte(h, '.'); i >= 0; {
+			suffix := h[i+1:]
+			if r := p.wild[suffix]; r != nil {
+				return r
+			}
+			j := strings.IndexByte(suffix, '.')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+	}
+	if len(p.cidrs) > 0 {
+		if a, err := netip.ParseAddr(h); err == nil {
+			for _, c := range p.cidrs {
+				if c.prefix.Contains(a) {
+					return c.rule
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// verdict applies rule r (nil: the default action) to port, before routes.
 func (p *Policy) verdict(r *Rule, port uint16) Decision {
 	switch {
 	case r == nil && !p.defaultAllow:
-		return Decision{Kind: Deny, Reason: ReasonDefaultDeny, Port: port}
+		return Decision{Kind: Deny, Reason: ReasonDefaultDeny, Port: port, Route: -1}
 	case r == nil && port != DefaultPort:
-		return Decision{Kind: Deny, Reason: ReasonPortNotAllowed, Port: port}
+		return Decision{Kind: Deny, Reason: ReasonPortNotAllowed, Port: port, Route: -1}
 	case r == nil:
-		return Decision{Kind: DefaultAllow, Reason: ReasonDefaultAllow, Port: port}
+		return Decision{Kind: DefaultAllow, Reason: ReasonDefaultAllow, Port: port, Route: -1}
 	case r.Action != config.ActionAllow:
-		return Decision{Kind: Deny, Rule: r, Reason: ReasonRuleDeny, Port: port}
+		return Decision{Kind: Deny, Rule: r, Reason: ReasonRuleDeny, Port: port, Route: -1}
 	case !r.AllowsPort(port):
-		return Decision{Kind: Deny, Rule: r, Reason: ReasonPortNotAllowed, Port: port}
+		return Decision{Kind: Deny, Rule: r, Reason: ReasonPortNotAllowed, Port: port, Route: -1}
 	default:
-		return Decision{Kind: Allow, Rule: r, Reason: ReasonRuleAllow, Port: port}
+		return Decision{Kind: Allow, Rule: r, Reason: ReasonRuleAllow, Port: port, Route: -1}
 	}
 }
 
-// AllowsHost reports whether a request to host on port 443 is allowed: the
-// interception case, where the SNI names the host and the port is the one
-// the agent connected to. host is canonicalised first (hostport.ParseHost);
-// a host that does not parse is not allowed. It equals
-// Decide(Target{Host: <canonical host, no port>}).Allowed().
+// AllowsHost reports whether some request to host on port 443 may be
+// allowed: the interception case, where the SNI names the host and the
+// port is the one the agent connected to; each request inside the
+// connection is then decided on its own (routes included). host is
+// canonicalised first (hostport.ParseHost); a host that does not parse is
+// not allowed. It uses Decide's host matching (exact, wildcard, CIDR) and
+// port check, not routes, so it equals Decide(Target{Host: <canonical
+// host, no port>}).Allowed() for every rule without routes.
 func (p *Policy) AllowsHost(host string) bool {
+	if p == nil {
+		return false
+	}
 	canon, err := hostport.ParseHost(host)
 	if err != nil {
 		return false
 	}
-	return p.Decide(Target{Host: hostport.HostPort{Host: canon}}).Allowed()
+	return p.verdict(p.match(canon), DefaultPort).Allowed()
 }
 
 // AllowsName reports whether any request to name, on any port, could be
-// allowed: a rule naming it allows it (on at least one port: an allow rule
+// allowed: the rule matching it (exact, wildcard or CIDR, as Decide) allows
+// it (on at least one port: an allow rule
 // always permits one), or no rule names it and the default action is allow.
 // It is the DNS guard's question, where no port is known. name is
 // canonicalised first (hostport.ParseHost, so case, one trailing dot and
@@ -301,7 +504,7 @@ func (p *Policy) AllowsName(name string) bool {
 	if err != nil {
 		return false
 	}
-	if r := p.match(Target{Host: hostport.HostPort{Host: canon}}); r != nil {
+	if r := p.match(canon); r != nil {
 		return r.Action == config.ActionAllow
 	}
 	return p.defaultAllow

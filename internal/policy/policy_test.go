@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -304,8 +305,28 @@ func TestCompileErrors(t *testing.T) {
 			`egress_policy.rules[0]: host "a.example." is not canonical (want "a.example")`},
 		{"bracketed ipv6", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("[::1]")}},
 			`egress_policy.rules[0]: host "[::1]" is not canonical (want "::1")`},
-		{"wildcard not supported yet", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("*.example.com")}},
+		{"bad wildcard", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("a.*.example.com")}},
 			`egress_policy.rules[0]: host: `},
+		{"public suffix wildcard", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("*.co.uk")}},
+			`egress_policy.rules[0]: host: invalid host "*.co.uk": "co.uk" is a public suffix`},
+		{"non-canonical wildcard", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("*.Example.com")}},
+			`egress_policy.rules[0]: host "*.Example.com" is not canonical (want "*.example.com")`},
+		{"wide cidr allow", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("10.0.0.0/7")}},
+			`egress_policy.rules[0]: CIDR 10.0.0.0/7 is too wide for an allow rule`},
+		{"wide v6 cidr allow", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("2000::/3")}},
+			`egress_policy.rules[0]: CIDR 2000::/3 is too wide for an allow rule`},
+		{"duplicate wildcard", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("*.example.com"), denyRule("*.example.com")}},
+			`egress_policy.rules[1]: duplicate host "*.example.com" (also rules[0])`},
+		{"duplicate cidr", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{denyRule("10.0.0.0/8"), denyRule("10.0.0.0/8")}},
+			`egress_policy.rules[1]: duplicate host "10.0.0.0/8" (also rules[0])`},
+		{"routes on deny", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{{Host: "a.example", Action: config.ActionDeny, Routes: []config.Route{{Action: config.ActionAllow}}}}},
+			`egress_policy.rules[0]: routes on a deny rule`},
+		{"non-canonical route path", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{{Host: "a.example", Action: config.ActionAllow, Routes: []config.Route{{Paths: []string{"/%7e"}, Action: config.ActionAllow}}}}},
+			`egress_policy.rules[0]: routes[0]: path "/%7e" is not canonical (want "/~")`},
+		{"bad route path", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{{Host: "a.example", Action: config.ActionAllow, Routes: []config.Route{{Paths: []string{"/a*"}, Action: config.ActionAllow}}}}},
+			`egress_policy.rules[0]: routes[0]: invalid path pattern`},
+		{"bad route action", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{{Host: "a.example", Action: config.ActionAllow, Routes: []config.Route{{}}}}},
+			`egress_policy.rules[0]: routes[0]: unknown action ""`},
 		{"empty host", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("")}},
 			`egress_policy.rules[0]: host: `},
 		{"duplicate host", config.Policy{DefaultAction: config.ActionDeny, Rules: []config.Rule{allowRule("a.example"), denyRule("a.example")}},
@@ -380,6 +401,41 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// naiveMatch finds the rule for host by linear scans, written straight from
+// the precedence text: exact, then the longest wildcard suffix (one or more
+// labels before it), then the longest CIDR containing an IP-literal host.
+func naiveMatch(rules []config.Rule, host string) (config.Rule, bool) {
+	for _, r := range rules {
+		if r.Host == host {
+			return r, true
+		}
+	}
+	best, found := config.Rule{}, false
+	for _, r := range rules {
+		suffix, ok := strings.CutPrefix(r.Host, "*.")
+		if ok && strings.HasSuffix(host, "."+suffix) && len(host) > len(suffix)+1 && (!found || len(r.Host) > len(best.Host)) {
+			if _, err := netip.ParseAddr(host); err == nil {
+				continue
+			}
+			best, found = r, true
+		}
+	}
+	if found {
+		return best, true
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return best, false
+	}
+	bits := -1
+	for _, r := range rules {
+		if pfx, err := netip.ParsePrefix(r.Host); err == nil && pfx.Contains(a) && pfx.Bits() > bits {
+			best, bits, found = r, pfx.Bits(), true
+		}
+	}
+	return best, found
+}
+
 // naive is the reference matcher the fuzz target checks Decide against: a
 // linear scan, written straight from the reference text.
 func naive(rules []config.Rule, defaultAllow bool, t Target) outcome {
@@ -390,10 +446,7 @@ func naive(rules []config.Rule, defaultAllow bool, t Target) outcome {
 	if t.Host.Host == "" {
 		return defaultDenied(port)
 	}
-	for _, r := range rules {
-		if r.Host != t.Host.Host {
-			continue
-		}
+	if r, ok := naiveMatch(rules, t.Host.Host); ok {
 		if r.Action == config.ActionDeny {
 			return outcome{Kind: Deny, Reason: ReasonRuleDeny, Port: port, Rule: r.Host}
 		}
@@ -423,7 +476,11 @@ func FuzzDecide(f *testing.F) {
 	for _, s := range []string{
 		"api.openai.com", "API.OPENAI.COM", "api.openai.com:443", "api.openai.com:8443", "evil.com",
 		"[::1]:8080", "[::1]", "blocked.com.", "x@blocked.com", "127.1", "b.example:8443", "",
+		"x.example.com", "example.com", "a.internal.example.com", "internal.example.com", "api.example.com",
+		"10.2.3.4:8080", "10.1.2.3", "[2001:db8::5]", "x.y.z.example.com",
 	} {
+		f.Add(s, "*.y.z.example.com", false, []byte(nil), false)
+		f.Add(s, "10.2.0.0/16", false, []byte(nil), false)
 		f.Add(s, "b.example", true, []byte{0x20, 0xfb, 0x01, 0xbb}, false) // ports 8443, 443
 		f.Add(s, "blocked.com", false, []byte(nil), true)
 	}
@@ -435,8 +492,24 @@ func FuzzDecide(f *testing.F) {
 			{Host: "api.openai.com", Action: config.ActionAllow, HeaderRewrites: openAIRewrites},
 			{Host: "::1", Action: config.ActionAllow, AllowedPorts: []uint16{443, 8080}},
 			{Host: "blocked.example", Action: config.ActionDeny},
+			{Host: "*.example.com", Action: config.ActionAllow},
+			{Host: "*.internal.example.com", Action: config.ActionDeny},
+			{Host: "api.example.com", Action: config.ActionDeny},
+			{Host: "10.0.0.0/8", Action: config.ActionAllow, AllowedPorts: []uint16{443, 8080}},
+			{Host: "10.1.0.0/16", Action: config.ActionDeny},
+			{Host: "2001:db8::/32", Action: config.ActionAllow},
 		}
-		if h, err := hostport.ParseHost(ruleHost); err == nil && !slices.ContainsFunc(rules, func(r config.Rule) bool { return r.Host == h }) {
+		h, err := hostport.ParseHost(ruleHost)
+		if hostport.IsWildcard(ruleHost) {
+			h, _, err = hostport.ParseWildcard(ruleHost)
+		} else if hostport.IsCIDR(ruleHost) {
+			var pfx netip.Prefix
+			pfx, h, err = hostport.ParseCIDR(ruleHost)
+			if err == nil && ruleAllow && pfx.Bits() < 32 && (pfx.Addr().Is6() || pfx.Bits() < 8) {
+				err = fmt.Errorf("too wide")
+			}
+		}
+		if err == nil && !slices.ContainsFunc(rules, func(r config.Rule) bool { return r.Host == h }) {
 			r := config.Rule{Host: h, Action: config.ActionDeny}
 			if ruleAllow {
 				r.Action = config.ActionAllow
@@ -475,7 +548,8 @@ func FuzzDecide(f *testing.F) {
 			}
 			port := tg.Host.PortOr(443)
 			named := slices.IndexFunc(rules, func(r config.Rule) bool {
-				return r.Host == tg.Host.Host && r.Action == config.ActionAllow
+				m, ok := naiveMatch(rules, tg.Host.Host)
+				return ok && m.Host == r.Host && r.Action == config.ActionAllow
 			})
 			if !defaultAllow && named < 0 {
 				t.Fatalf("Decide(%+v) allowed a host no allow rule names under default deny", tg.Host)

@@ -3,9 +3,11 @@
 // connection limit, and the one mapping from failure to status code.
 //
 // Every request takes the same path: canonicalise the target host (package
-// hostport), decide with one immutable policy snapshot (package policy),
-// forward through an httputil.ReverseProxy whose Rewrite sets the https
-// upstream URL and Host and applies the rule's header rewrites with one
+// hostport), decide with one immutable policy snapshot (package policy;
+// for a rule with routes, on the canonical path of package reqpath, which
+// is then the path forwarded: TestRouteForwardsCanonicalPath), forward
+// through an httputil.ReverseProxy whose Rewrite sets the https upstream
+// URL, Host and path and applies the rule's header rewrites with one
 // secret snapshot (package rewrite), and emit exactly one canonical
 // "proxy decision" log line plus the reference's Prometheus metrics.
 //

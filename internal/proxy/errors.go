@@ -28,6 +28,8 @@ const (
 	bodyInterceptPort   = "HTTPS interception listener only accepts port 443 traffic"
 	bodySNIHostMismatch = "SNI/Host header mismatch"
 	bodyAddrDenied      = "upstream address not allowed"
+	bodyRouteDenied     = "route not allowed"
+	bodyAmbiguousPath   = "ambiguous request path"
 
 	// hintConnect is the second line of the CONNECT 405 body: the explicit
 	// proxy carries http:// URLs only (BotBox originates the TLS).
@@ -37,7 +39,8 @@ const (
 
 // Reasons of the decision line (and of the X-Botbox-Reason header) that
 // BotBox's pipeline gives; the policy's reasons (policy.Reason: rule_allow,
-// rule_deny, default_allow, default_deny, port_not_allowed) and the abort
+// rule_deny, default_allow, default_deny, port_not_allowed, route_deny,
+// no_route, ambiguous_path) and the abort
 // reasons (telemetry.Abort…) complete the set. docs/troubleshooting.md
 // explains each with its fix.
 const (

@@ -47,6 +47,8 @@ type exchange struct {
 	decision     string
 	reason       string
 	rule         string
+	route        int    // index+1 of the route that decided; 0: none
+	path         string // canonical path to forward; "": forward the agent's
 	authority    string // upstream authority, e.g. "api.openai.com" or "[::1]:8443"
 	rewrites     *rewrite.Set
 	secrets      *secrets.Snapshot
@@ -208,6 +210,11 @@ func (h *Handler) logDecision(r *http.Request, x *exchange) {
 		slog.String(telemetry.KeyDecision, x.decision),
 		slog.String(telemetry.KeyRule, x.rule),
 		slog.String(telemetry.KeyReason, x.reason),
+	)
+	if x.route > 0 {
+		attrs = append(attrs, slog.Int(telemetry.KeyRoute, x.route-1))
+	}
+	attrs = append(attrs,
 		slog.Int(telemetry.KeyStatus, status),
 		slog.Int(telemetry.KeyUpstreamStatus, x.upstreamCode),
 		slog.String(telemetry.KeyUpstreamAddr, x.upstreamAddr),

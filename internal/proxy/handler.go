@@ -3,11 +3,13 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
+	"net/url"
 	"strings"
 	"time"
 
@@ -232,17 +234,33 @@ func (h *Handler) reject(x *exchange, status int, body, decision, reason string)
 func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g *generation.Generation) {
 	x.host = hp.Host
 	x.port = hp.PortOr(443)
-	d := g.Policy.Decide(policy.Target{Host: hp, Method: r.Method, Path: r.URL.Path})
+	// The escaped path, the spelling the origin would receive: a rule with
+	// routes judges its canonical form, and that form is forwarded.
+	path := r.URL.EscapedPath()
+	if path == "" {
+		path = "/" // what rewrite forwards for an empty path
+	}
+	d := g.Policy.Decide(policy.Target{Host: hp, Method: r.Method, Path: path})
 	if d.Rule != nil {
 		x.rule = d.Rule.Host
 	}
+	x.route = d.Route + 1
 	if !d.Allowed() {
-		// d.Reason tells the agent which fix applies: port_not_allowed
-		// (the host is allowed on another port), rule_deny, default_deny.
 		x.hostLabel = telemetry.HostDenied
-		h.reject(x, http.StatusForbidden, bodyDenied, telemetry.DecisionDeny, string(d.Reason))
+		switch d.Reason {
+		case policy.ReasonAmbiguousPath:
+			// Refused before any route is tried (package reqpath).
+			h.reject(x, http.StatusBadRequest, bodyAmbiguousPath, telemetry.DecisionDeniedPath, string(d.Reason))
+		case policy.ReasonRouteDeny, policy.ReasonNoRoute:
+			h.reject(x, http.StatusForbidden, bodyRouteDenied, telemetry.DecisionDeniedRoute, string(d.Reason))
+		default:
+			// d.Reason tells the agent which fix applies: port_not_allowed
+			// (the host is allowed on another port), rule_deny, default_deny.
+			h.reject(x, http.StatusForbidden, bodyDenied, telemetry.DecisionDeny, string(d.Reason))
+		}
 		return
 	}
+	x.path = d.Path
 	if !h.admitUpgrade(r, x) {
 		x.hostLabel = telemetry.HostDenied
 		h.reject(x, http.StatusBadRequest, bodyUpgrade, telemetry.DecisionDeniedUpgrade, reasonUpgrade)
@@ -283,7 +301,18 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Scheme = "https"
 	out.URL.Host = x.authority
 	out.URL.User = nil
-	if out.URL.Path == "" && out.URL.RawPath == "" {
+	switch {
+	case x.path != "":
+		// The canonical path the routes judged, and nothing else: Path is
+		// its decoded form, RawPath the exact bytes sent (EscapedPath
+		// returns RawPath since it is a valid encoding of Path).
+		// TestRouteForwardsCanonicalPath holds it.
+		if p, err := url.PathUnescape(x.path); err == nil {
+			out.URL.Path, out.URL.RawPath = p, x.path
+		} else {
+			x.rewriteErr = fmt.Errorf("proxy: canonical path %q does not unescape: %w", x.path, err)
+		}
+	case out.URL.Path == "" && out.URL.RawPath == "":
 		out.URL.Path = "/"
 	}
 	out.Host = x.authority

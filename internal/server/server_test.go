@@ -48,6 +48,7 @@ type harness struct {
 
 type harnessOpts struct {
 	extraYAML      string // appended to the top level
+	rules          string // egress_policy rules (list items) replacing the default two
 	interception   string // https_interception block body ("" = disabled)
 	maxConnections int
 	writeSecret    bool
@@ -60,6 +61,19 @@ type harnessOpts struct {
 	// origin starts, so that no request races the change).
 	origin http.Handler
 }
+
+// defaultRules is the harness's policy unless harnessOpts.rules is set.
+const defaultRules = `    - host: api.example.test
+      action: allow
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: api-key
+    - host: other.example.test
+      action: allow
+    - host: blocked.example.test
+      action: deny
+`
 
 func ephemeral(network, addr string) (net.Listener, error) {
 	host, _, err := net.SplitHostPort(addr)
@@ -130,6 +144,10 @@ func start(t *testing.T, o harnessOpts) *harness {
 	if shutdown == 0 {
 		shutdown = 5
 	}
+	rules := o.rules
+	if rules == "" {
+		rules = defaultRules
+	}
 	yaml := fmt.Sprintf(`
 listen_port: 18080
 metrics_port: 19090
@@ -141,17 +159,7 @@ secrets_reload_debounce_ms: 50
 egress_policy:
   default_action: deny
   rules:
-    - host: api.example.test
-      action: allow
-      header_rewrites:
-        - name: Authorization
-          value: "Bearer {value}"
-          secret_ref: api-key
-    - host: other.example.test
-      action: allow
-    - host: blocked.example.test
-      action: deny
-`, h.secretDir, maxConn, shutdown, o.extraYAML)
+%s`, h.secretDir, maxConn, shutdown, o.extraYAML, rules)
 	if o.interception != "" {
 		certPath, keyPath := h.botboxCA.WriteFiles(t, dir)
 		yaml += fmt.Sprintf("https_interception:\n  enabled: true\n  listen_port: 18443\n  ca_cert_path: %s\n  ca_key_path: %s\n%s", certPath, keyPath, o.interception)

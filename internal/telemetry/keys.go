@@ -38,6 +38,10 @@ const (
 	KeyConfigPath = "config_path" // the config file being loaded
 )
 
+// KeyRoute is the decision line's index, in its rule's routes, of the
+// route that decided; absent when no route did.
+const KeyRoute = "route"
+
 // Keys of the listener and server lines (connection drops, sampled
 // rejections, accept retries).
 const (

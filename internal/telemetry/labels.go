@@ -17,6 +17,12 @@ const (
 	DecisionDeniedPort         = "denied_port"
 	DecisionDeniedHostMismatch = "denied_host_mismatch"
 	DecisionDeniedUpgrade      = "denied_upgrade"
+	// DecisionDeniedRoute: the host and port are allowed, but the rule's
+	// routes refuse the method and path (403 route not allowed).
+	DecisionDeniedRoute = "denied_route"
+	// DecisionDeniedPath: the rule has routes and the request path is
+	// ambiguous (400 ambiguous request path), refused before matching.
+	DecisionDeniedPath = "denied_path"
 )
 
 // Host label values that are not a rule's host. A requested host that no

@@ -288,8 +288,9 @@ func TestUID1337IsExempt(t *testing.T) {
 }
 
 // Exfiltration to, and token misuse against, an allowlisted upstream are not
-// mitigated (seed matrix rows 3 and 4): the body and any method reach the
-// origin with the credential attached. And an upstream that reflects request
+// mitigated by a rule without routes (seed matrix rows 3 and 4): the body and
+// any method reach the origin with the credential attached (routes close
+// row 4: TestTokenScopedByRoutes). And an upstream that reflects request
 // headers hands the credential to the agent. Asserted so the README's
 // containment table stays honest.
 func TestAllowlistedUpstreamNotContained(t *testing.T) {
