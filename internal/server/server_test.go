@@ -42,8 +42,11 @@ type harness struct {
 	secretDir string
 	// probeKeyFile is where the server wrote its probe key.
 	probeKeyFile string
-	cancel       context.CancelFunc
-	done         chan error
+	// yaml is the configuration the server started with; cfgPath, when
+	// harnessOpts.configFile is set, the file it was loaded from.
+	yaml, cfgPath string
+	cancel        context.CancelFunc
+	done          chan error
 }
 
 type harnessOpts struct {
@@ -51,7 +54,8 @@ type harnessOpts struct {
 	interception   string // https_interception block body ("" = disabled)
 	maxConnections int
 	writeSecret    bool
-	shutdown       int // seconds
+	configFile     bool // load from a Kubernetes-style ConfigMap dir (reload tests)
+	shutdown       int  // seconds
 	// wrapListen, when set, wraps each bound listener; addr is the
 	// configured address (port 18080, 18443 or 19090) before the ephemeral
 	// port replaces it.
@@ -100,7 +104,7 @@ func start(t *testing.T, o harnessOpts) *harness {
 			w.Header().Set("Grpc-Status", "0")
 		default:
 			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(map[string]any{"proto": r.Proto, "host": r.Host})
+			_ = json.NewEncoder(w).Encode(map[string]any{"proto": r.Proto, "host": r.Host, "authorization": r.Header.Get("Authorization") != ""})
 		}
 	}))
 	h.origin.EnableHTTP2 = true
@@ -148,9 +152,14 @@ egress_policy:
 		certPath, keyPath := h.botboxCA.WriteFiles(t, dir)
 		yaml += fmt.Sprintf("https_interception:\n  enabled: true\n  listen_port: 18443\n  ca_cert_path: %s\n  ca_key_path: %s\n%s", certPath, keyPath, o.interception)
 	}
+	h.yaml = yaml
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
+	}
+	if o.configFile {
+		h.cfgPath = filepath.Join(dir, "config", "config.yaml")
+		h.writeConfig(yaml)
 	}
 	h.metrics = telemetry.NewMetrics()
 	originAddr := h.origin.Listener.Addr().String()
@@ -170,6 +179,7 @@ egress_policy:
 		Metrics:       h.metrics,
 		Listen:        listen,
 		ProbeKeyFile:  h.probeKeyFile,
+		ConfigPath:    h.cfgPath,
 		UpstreamRoots: h.originCA.Pool(),
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
