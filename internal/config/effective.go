@@ -44,6 +44,7 @@ type effConfig struct {
 
 type effPolicy struct {
 	DefaultAction Action    `yaml:"default_action"`
+	Mode          Mode      `yaml:"mode"`
 	Rules         []effRule `yaml:"rules"`
 }
 
@@ -52,6 +53,14 @@ type effRule struct {
 	Action         Action       `yaml:"action"`
 	AllowedPorts   []uint16     `yaml:"allowed_ports,flow"`
 	HeaderRewrites []effRewrite `yaml:"header_rewrites,omitempty"`
+
+	MaxRequestBodyBytes int64         `yaml:"max_request_body_bytes,omitempty"`
+	RateLimit           *effRateLimit `yaml:"rate_limit,omitempty,flow"`
+}
+
+type effRateLimit struct {
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	Burst             int     `yaml:"burst"`
 }
 
 type effRewrite struct {
@@ -112,7 +121,7 @@ func (c *Config) Effective() ([]byte, error) {
 		HTTP2MaxConcurrentStreams:     c.HTTP2MaxConcurrentStreams,
 		DownstreamWriteTimeoutSeconds: seconds(c.Timeouts.DownstreamWrite),
 
-		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}},
+		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}, Mode: c.Policy.Mode},
 	}
 	if c.ListenAddrExplicit {
 		e.ListenAddr = c.ListenAddr.String()
@@ -124,6 +133,10 @@ func (c *Config) Effective() ([]byte, error) {
 		}
 		for _, h := range r.HeaderRewrites {
 			er.HeaderRewrites = append(er.HeaderRewrites, effRewrite(h))
+		}
+		er.MaxRequestBodyBytes = r.MaxRequestBodyBytes
+		if rl := r.RateLimit; rl != nil {
+			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
 		}
 		e.EgressPolicy.Rules = append(e.EgressPolicy.Rules, er)
 	}

@@ -44,6 +44,7 @@ type wireConfig struct {
 type wirePolicy struct {
 	DefaultAction *string    `yaml:"default_action"`
 	Rules         []wireRule `yaml:"rules"`
+	Mode          *string    `yaml:"mode"`
 }
 
 // wireRule is one egress_policy.rules entry.
@@ -52,6 +53,15 @@ type wireRule struct {
 	Action         *string       `yaml:"action"`
 	HeaderRewrites []wireRewrite `yaml:"header_rewrites"`
 	AllowedPorts   []int64       `yaml:"allowed_ports"`
+
+	MaxRequestBodyBytes *int64         `yaml:"max_request_body_bytes"`
+	RateLimit           *wireRateLimit `yaml:"rate_limit"`
+}
+
+// wireRateLimit is a rule's rate_limit.
+type wireRateLimit struct {
+	RequestsPerSecond *float64 `yaml:"requests_per_second"`
+	Burst             *int64   `yaml:"burst"`
 }
 
 // wireRewrite is one header_rewrites entry.
