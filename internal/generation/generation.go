@@ -12,7 +12,7 @@
 //
 // What a generation carries is exactly what can change at reload. Listener
 // addresses, the interception CA, deny_handshake_on_disallowed_sni (read by
-// mitm at start-up), timeouts and limits are not in it: changing them needs
+// mitm at start-up), timeouts and connection limits are not in it: changing them needs
 // a restart. The secrets' required set is not either: whoever reloads calls
 // secrets.(*Store).SetRequired(cfg.RequiredSecretRefs()) after a successful
 // Store.
@@ -52,9 +52,16 @@ type Generation struct {
 	Policy *policy.Policy
 	// Interception holds the interception flags that may change at reload.
 	Interception Interception
+	// Report is egress_policy.mode: report: what the policy or a limit
+	// would refuse is forwarded without header rewrites and logged as
+	// report_deny (package proxy).
+	Report bool
 	// rewrites holds, by rule index, the rule's compiled header rewrites;
 	// nil for a rule without any.
 	rewrites []*rewrite.Set
+	// limits holds, by rule index, the rule's limits; nil for a rule
+	// without any.
+	limits []*Limits
 }
 
 // Interception is the part of https_interception that a reload may change.
@@ -76,8 +83,15 @@ func (g *Generation) Rewrites(d policy.Decision) *rewrite.Set {
 }
 
 // Compile compiles cfg into a generation with Seq 0. It fails, naming the
-// rule, if the policy or any rule's header rewrites do not compile.
+// rule, if the policy or any rule's header rewrites do not compile. Every
+// rate-limit bucket starts full.
 func Compile(cfg *config.Config) (*Generation, error) {
+	return compile(cfg, nil)
+}
+
+// compile is Compile; rate-limit buckets of rules unchanged from prev
+// (non-nil) carry over (see compileLimits).
+func compile(cfg *config.Config, prev *Generation) (*Generation, error) {
 	if cfg == nil {
 		return nil, errors.New("generation: no configuration")
 	}
@@ -88,6 +102,7 @@ func Compile(cfg *config.Config) (*Generation, error) {
 	g := &Generation{
 		Policy:       pol,
 		Interception: Interception{EnforceSNIHostMatch: cfg.Interception.EnforceSNIHostMatch},
+		Report:       cfg.Policy.Mode == config.ModeReport,
 		rewrites:     make([]*rewrite.Set, len(cfg.Policy.Rules)),
 	}
 	for i, r := range cfg.Policy.Rules {
@@ -100,6 +115,7 @@ func Compile(cfg *config.Config) (*Generation, error) {
 		}
 		g.rewrites[i] = s
 	}
+	g.limits = compileLimits(cfg, prev)
 	return g, nil
 }
 
@@ -130,14 +146,16 @@ func (c *Current) Load() *Generation { return c.p.Load() }
 // Store compiles cfg and, only if everything compiles, makes it the
 // generation in force and returns it. On error the previous generation
 // stays in force and the error says what failed. Requests that already
-// loaded the previous generation finish with it.
+// loaded the previous generation finish with it. A rule whose host and
+// rate_limit are unchanged keeps its rate-limit bucket, tokens included
+// (TestStoreKeepsUnchangedBuckets); a new or changed one starts full.
 func (c *Current) Store(cfg *config.Config) (*Generation, error) {
-	g, err := Compile(cfg)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g, err := compile(cfg, c.p.Load())
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	g.Seq = c.p.Load().Seq + 1
 	c.p.Store(g)
 	return g, nil
