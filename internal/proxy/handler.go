@@ -233,11 +233,18 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if d.Rule != nil {
 		x.rule = d.Rule.Host
 	}
+	if !d.Allowed() && g.Report {
+		h.forwardReport(r, x, hp, string(d.Reason))
+		return
+	}
 	if !d.Allowed() {
 		// d.Reason tells the agent which fix applies: port_not_allowed
 		// (the host is allowed on another port), rule_deny, default_deny.
 		x.hostLabel = telemetry.HostDenied
 		h.reject(x, http.StatusForbidden, bodyDenied, telemetry.DecisionDeny, string(d.Reason))
+		return
+	}
+	if !h.admitLimits(r, x, hp, g, d) {
 		return
 	}
 	if !h.admitUpgrade(r, x) {
@@ -356,6 +363,7 @@ func (h *Handler) upstreamResponse(resp *http.Response) error {
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	x := exchangeFrom(r.Context())
 	f := classify(r.Context(), err)
+	h.limitFailure(x, f)
 	h.observeDuration(x)
 	if f.status == 0 {
 		// Nobody reads a response; the line still says why.

@@ -161,6 +161,7 @@ func (s *Server) Reload(trigger string) error {
 	for _, w := range cfg.Warnings {
 		s.logger.Warn(w.Message, slog.String(telemetry.KeyField, w.Path))
 	}
+	s.warnReportMode()
 	if keys := changedRestartKeys(s.cfg, cfg); len(keys) > 0 {
 		s.logger.Warn("configuration keys changed that require a restart; their old values stay in force until then",
 			slog.String(telemetry.KeyKeys, strings.Join(keys, ",")))

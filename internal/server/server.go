@@ -297,6 +297,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 	}()
 	defer func() { stopWatch(); <-watchDone }()
+	reportDone := make(chan struct{})
+	go func() { defer close(reportDone); s.reportLoop(watchCtx) }()
+	defer func() { stopWatch(); <-reportDone }()
 	if s.opts.ConfigPath != "" {
 		cfgDone := make(chan struct{})
 		go func() {

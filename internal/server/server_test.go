@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,8 +46,11 @@ type harness struct {
 	// yaml is the configuration the server started with; cfgPath, when
 	// harnessOpts.configFile is set, the file it was loaded from.
 	yaml, cfgPath string
-	cancel        context.CancelFunc
-	done          chan error
+	// uploadsSeen and uploadsComplete count the origin's /upload requests
+	// and those whose body arrived complete.
+	uploadsSeen, uploadsComplete atomic.Int64
+	cancel                       context.CancelFunc
+	done                         chan error
 }
 
 type harnessOpts struct {
@@ -81,6 +85,15 @@ func start(t *testing.T, o harnessOpts) *harness {
 		default:
 		}
 		switch r.URL.Path {
+		case "/upload":
+			// Records what arrived and what arrived complete (a body read
+			// to its end without error).
+			h.uploadsSeen.Add(1)
+			n, err := io.Copy(io.Discard, r.Body)
+			if err == nil {
+				h.uploadsComplete.Add(1)
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"bytes": n, "authorization": r.Header.Get("Authorization") != ""})
 		case "/ws":
 			wsecho.Handler(nil)(w, r)
 		case "/stream":

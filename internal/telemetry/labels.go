@@ -17,6 +17,13 @@ const (
 	DecisionDeniedPort         = "denied_port"
 	DecisionDeniedHostMismatch = "denied_host_mismatch"
 	DecisionDeniedUpgrade      = "denied_upgrade"
+
+	// Per-rule limits (max_request_body_bytes, rate_limit) and report mode.
+	DecisionDeniedBodyTooLarge = "denied_body_too_large"
+	DecisionDeniedRateLimit    = "denied_rate_limit"
+	// DecisionReportDeny: mode report forwarded, without header rewrites,
+	// a request that enforce mode would have refused.
+	DecisionReportDeny = "report_deny"
 )
 
 // Host label values that are not a rule's host. A requested host that no
@@ -29,6 +36,9 @@ const (
 	// HostUnknown labels requests rejected before a host was known
 	// (CONNECT, missing Host).
 	HostUnknown = "unknown"
+	// HostReport labels requests forwarded by report mode that enforce
+	// mode would have refused (decision report_deny).
+	HostReport = "_report"
 )
 
 // Values of the result label of botbox_tls_handshakes_total.
