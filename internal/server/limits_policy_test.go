@@ -20,13 +20,11 @@ const harnessAPIRule = "    - host: api.example.test\n      action: allow\n"
 // rule (indented for a rule) and, when policyKeys is set, to egress_policy.
 func (h *harness) reloadWith(ruleKeys, policyKeys string) {
 	h.t.Helper()
-	y := strings.Replace(h.yaml, harnessAPIRule, harnessAPIRule+ruleKeys, 1)
-	if policyKeys != "" {
-		y = strings.Replace(y, "egress_policy:\n", "egress_policy:\n"+policyKeys, 1)
-	}
-	if y == h.yaml {
+	if !strings.Contains(h.yaml, harnessAPIRule) {
 		h.t.Fatal("harness config changed: api rule not found")
 	}
+	y := strings.Replace(h.yaml, harnessAPIRule, harnessAPIRule+ruleKeys, 1)
+	y = strings.Replace(y, "egress_policy:\n", "egress_policy:\n"+policyKeys, 1)
 	h.writeConfig(y)
 	if err := h.srv.Reload(TriggerSIGHUP); err != nil {
 		h.t.Fatalf("Reload: %v", err)
@@ -245,4 +243,34 @@ func must(resp *http.Response, err error) *http.Response {
 		panic(err)
 	}
 	return resp
+}
+
+// TestReportModeAdmitsDeniedSNI: with deny_handshake_on_disallowed_sni,
+// enforce mode refuses the handshake for a denied SNI; report mode
+// completes it and forwards the request without header rewrites.
+func TestReportModeAdmitsDeniedSNI(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, configFile: true, interception: "  deny_handshake_on_disallowed_sni: true\n"})
+	h.yaml = h.withOther("    - host: other.example.test\n      action: deny\n")
+	h.reloadWith("", "")
+	if _, err := h.interceptClient("other.example.test", false).Get("https://other.example.test/"); err == nil {
+		t.Fatal("enforce mode: handshake for a denied SNI succeeded")
+	}
+	h.reloadWith("", "  mode: report\n")
+	resp, err := h.interceptClient("other.example.test", false).Get("https://other.example.test/")
+	if err != nil {
+		t.Fatalf("report mode: %v", err)
+	}
+	var got struct {
+		Authorization bool `json:"authorization"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("report mode: status %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got.Authorization {
+		t.Error("report mode forwarded a denied host WITH a credential")
+	}
 }

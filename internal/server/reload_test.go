@@ -88,8 +88,10 @@ func TestReloadValidChangesDecision(t *testing.T) {
 	if got := h.status("other.example.test"); got != http.StatusForbidden {
 		t.Errorf("after reload: %d, want 403", got)
 	}
-	if got := reloads(h, telemetry.ReloadSuccess); got != 1 {
-		t.Errorf("reloads{success} = %v, want 1", got)
+	// >= 1: the directory watcher may reload the new file before the
+	// SIGHUP does.
+	if got := reloads(h, telemetry.ReloadSuccess); got < 1 {
+		t.Errorf("reloads{success} = %v, want >= 1", got)
 	}
 	if got := testutil.ToFloat64(h.srv.sm.ConfigLastReloadSuccess); got != 1 {
 		t.Errorf("last_reload_success = %v, want 1", got)
@@ -110,8 +112,8 @@ func TestReloadInvalidKeepsLastGood(t *testing.T) {
 	if got := h.status("other.example.test"); got != http.StatusOK {
 		t.Errorf("after failed reload: %d, want 200 (last good config)", got)
 	}
-	if got := reloads(h, telemetry.ReloadFailure); got != 1 {
-		t.Errorf("reloads{failure} = %v, want 1", got)
+	if got := reloads(h, telemetry.ReloadFailure); got < 1 {
+		t.Errorf("reloads{failure} = %v, want >= 1", got)
 	}
 	if got := testutil.ToFloat64(h.srv.sm.ConfigLastReloadSuccess); got != 0 {
 		t.Errorf("last_reload_success = %v, want 0", got)
@@ -253,9 +255,11 @@ func TestReloadFollowsConfigMapSwap(t *testing.T) {
 // request fails other than by a 403 of a policy; a 200 from api always
 // carried the credential (only A allows it, and A injects), and a 200
 // from other never did. A request that started and ended inside one
-// settled phase must get exactly that phase's decision.
+// settled phase must get exactly that phase's decision. Half the clients
+// use the plain listener, half the interception listener (HTTP/1.1 and
+// HTTP/2).
 func TestHotReloadUnderLoad(t *testing.T) {
-	h := start(t, harnessOpts{writeSecret: true, configFile: true})
+	h := start(t, harnessOpts{writeSecret: true, configFile: true, interception: "  enforce_sni_host_match: true\n"})
 	apiRule := "    - host: api.example.test\n      action: allow\n      header_rewrites:\n        - name: Authorization\n          value: \"Bearer {value}\"\n          secret_ref: api-key\n"
 	if !strings.Contains(h.yaml, apiRule) {
 		t.Fatal("harness config changed: api rule not found")
@@ -282,7 +286,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		default:
 		}
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	plain := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	for i := range 8 {
 		wg.Add(1)
 		go func() {
@@ -291,6 +295,15 @@ func TestHotReloadUnderLoad(t *testing.T) {
 			if i%2 == 1 {
 				host = "other.example.test"
 			}
+			do := func() (*http.Response, error) {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+h.addrs.Proxy[0].String()+"/", nil)
+				req.Host = host
+				return plain.Do(req)
+			}
+			if i >= 4 {
+				ic := h.interceptClient(host, i >= 6)
+				do = func() (*http.Response, error) { return ic.Get("https://" + host + "/") }
+			}
 			for {
 				select {
 				case <-stop:
@@ -298,9 +311,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 				default:
 				}
 				before := phase.Load()
-				req, _ := http.NewRequest(http.MethodGet, "http://"+h.addrs.Proxy[0].String()+"/", nil)
-				req.Host = host
-				resp, err := client.Do(req)
+				resp, err := do()
 				if err != nil {
 					report("%s: %v", host, err)
 					return
@@ -374,10 +385,12 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	if got := reloads(h, telemetry.ReloadSuccess); got != 10 {
-		t.Errorf("reloads{success} = %v, want 10", got)
+	// The directory watcher may also reload a file before its SIGHUP
+	// does (then both count): at least one count per reload.
+	if got := reloads(h, telemetry.ReloadSuccess); got < 10 {
+		t.Errorf("reloads{success} = %v, want >= 10", got)
 	}
-	if got := reloads(h, telemetry.ReloadFailure); got != 10 {
-		t.Errorf("reloads{failure} = %v, want 10", got)
+	if got := reloads(h, telemetry.ReloadFailure); got < 10 {
+		t.Errorf("reloads{failure} = %v, want >= 10", got)
 	}
 }

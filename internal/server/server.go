@@ -213,7 +213,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			CacheSize:         ic.CertCacheSize,
 			DenyDisallowedSNI: ic.DenyHandshakeOnDisallowedSNI,
 			Allowed: func(host string) bool {
-				return s.gen.Load().Policy.AllowsHost(host)
+				// Report mode refuses nothing the policy denies, handshakes
+				// included (TestReportModeAdmitsDeniedSNI).
+				g := s.gen.Load()
+				return g.Report || g.Policy.AllowsHost(host)
 			},
 			Observer: mitmObserver{s.metrics},
 			Logger:   telemetry.WithTarget(opts.Logger, telemetry.TargetInterception),
