@@ -162,3 +162,20 @@ func FuzzTemplatePath(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckSaysReportMode: `botbox check` warns loudly about report mode
+// and shows it in the effective configuration.
+func TestCheckSaysReportMode(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, dir, "report.yaml", "egress_policy:\n  mode: report\n  rules: []\n")
+	code, out, errOut := runArgs(t, nil, "check", p)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "warning: egress_policy.mode:") || !strings.Contains(errOut, "FORWARDED") {
+		t.Errorf("no report-mode warning on stderr: %q", errOut)
+	}
+	if !strings.Contains(out, "mode: report") {
+		t.Errorf("effective config does not show mode: report:\n%s", out)
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -392,5 +393,18 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	}
 	if got := reloads(h, telemetry.ReloadFailure); got < 10 {
 		t.Errorf("reloads{failure} = %v, want >= 10", got)
+	}
+}
+
+// TestReloadAppliesLogLevel: log_level is applied at reload.
+func TestReloadAppliesLogLevel(t *testing.T) {
+	lv := new(slog.LevelVar)
+	h := start(t, harnessOpts{writeSecret: true, configFile: true, logLevel: lv})
+	h.writeConfig("log_level: error\n" + h.yaml)
+	if err := h.srv.Reload(TriggerSIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if lv.Level() != slog.LevelError {
+		t.Errorf("level after reload = %v, want ERROR", lv.Level())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -59,7 +60,8 @@ type harnessOpts struct {
 	maxConnections int
 	writeSecret    bool
 	configFile     bool // load from a Kubernetes-style ConfigMap dir (reload tests)
-	shutdown       int  // seconds
+	logLevel       *slog.LevelVar
+	shutdown       int // seconds
 	// wrapListen, when set, wraps each bound listener; addr is the
 	// configured address (port 18080, 18443 or 19090) before the ephemeral
 	// port replaces it.
@@ -193,6 +195,7 @@ egress_policy:
 		Listen:        listen,
 		ProbeKeyFile:  h.probeKeyFile,
 		ConfigPath:    h.cfgPath,
+		LogLevel:      o.logLevel,
 		UpstreamRoots: h.originCA.Pool(),
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
