@@ -78,6 +78,9 @@ type decisionLine struct {
 	Port     int    `json:"port"`
 	Method   string `json:"method"`
 	Path     string `json:"path"`
+	// Repeated is set on a summary line of repeated identical decisions,
+	// which has no path.
+	Repeated int `json:"repeated"`
 }
 
 // hostObs is what was seen for one host.
@@ -120,6 +123,13 @@ func readDecisions(r io.Reader) (*observations, error) {
 		}
 		h.count++
 		h.ports[d.Port] = true
+		if d.Repeated > 0 {
+			// A summary line: its requests count for the host, but it has
+			// no path (never widen a route to "/**" from it); the line
+			// before it carried the path.
+			h.count += d.Repeated
+			continue
+		}
 		if methodToken.MatchString(d.Method) {
 			h.routes[[2]string{d.Method, templatePath(d.Path)}]++
 		}

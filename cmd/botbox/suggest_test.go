@@ -51,6 +51,11 @@ func TestSuggestGolden(t *testing.T) {
 			if out != string(want) {
 				t.Errorf("output differs from %s (run with -update-suggest):\n%s", golden, out)
 			}
+			// The summary line (repeated, no path) widens nothing, and the
+			// deny line (blocked.example.com) proposes nothing.
+			if strings.Contains(out, "DELETE") || strings.Contains(out, `"/**"`) || strings.Contains(out, "blocked.example.com") {
+				t.Errorf("proposal widened by a summary or deny line:\n%s", out)
+			}
 			// Deterministic: a second run prints the same bytes.
 			if _, again, _ := runArgs(t, nil, append([]string{"suggest", "--log", log}, c.args...)...); again != out {
 				t.Error("two runs differ")
