@@ -25,6 +25,7 @@ Usage:
   botbox check [--files] [-c PATH | PATH]  validate a config, print it with defaults filled in;
                                            --files also checks the secret and CA files it names
   botbox explain -c PATH [--method M] URL  show the decision for one request
+  botbox suggest --log FILE [--min-count N] propose an egress_policy from decision log lines
   botbox netfilter install|print|remove    the init step: iptables/ip6tables rules from BOTBOX_* env
   botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 365 days)
   botbox probe [--key-file F] URL          exit 0 when BotBox itself answers 200 at URL (exec probes)
@@ -57,6 +58,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return runCheck(rest, getenv, stdout, stderr)
 	case "explain":
 		return runExplain(rest, stdout, stderr)
+	case "suggest":
+		return runSuggest(rest, stdout, stderr)
 	case "netfilter":
 		return runNetfilter(ctx, rest, lookupEnv, stdout, stderr)
 	case "ca":

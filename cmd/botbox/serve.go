@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/server"
@@ -40,15 +43,32 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	for _, w := range cfg.Warnings {
 		logger.Warn(w.Message, slog.String(telemetry.KeyField, w.Path))
 	}
-	srv, err := server.New(cfg, server.Options{Logger: base, ProbeKeyFile: *probeKeyFile})
+	srv, err := server.New(cfg, server.Options{Logger: base, ProbeKeyFile: *probeKeyFile, ConfigPath: *path, Getenv: getenv, LogLevel: level})
 	if err != nil {
 		logger.Error("startup failed", slog.String(telemetry.KeyError, err.Error()))
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return exitError
 	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnSignal(ctx, hup, srv.Reload)
 	if err := srv.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return exitError
 	}
 	return exitOK
+}
+
+// reloadOnSignal calls reload(server.TriggerSIGHUP) for every signal on sig
+// until ctx is done. reload logs and counts its own outcome.
+func reloadOnSignal(ctx context.Context, sig <-chan os.Signal, reload func(trigger string) error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+			_ = reload(server.TriggerSIGHUP)
+		}
+	}
 }

@@ -79,7 +79,7 @@ egress_policy:
 	if c.ListenPort != 8080 || c.MetricsPort != 9090 {
 		t.Errorf("ports = %d, %d, want 8080, 9090", c.ListenPort, c.MetricsPort)
 	}
-	want := Policy{DefaultAction: ActionDeny, Rules: []Rule{
+	want := Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{
 		{Host: "api.openai.com", RawHost: "api.openai.com", Index: 0, Line: 10, Action: ActionAllow,
 			HeaderRewrites: []HeaderRewrite{{Name: "Authorization", Value: "Bearer {value}", SecretRef: "openai-api-key"}}},
 		{Host: "evil.example.com", RawHost: "evil.example.com", Index: 1, Line: 16, Action: ActionDeny},
@@ -160,7 +160,7 @@ func TestDefaults(t *testing.T) {
 		SecretsDir:       "/var/run/secrets/botbox",
 		MaxConnections:   1024,
 		AllowNonLoopback: false,
-		Policy:           Policy{DefaultAction: ActionDeny, Rules: []Rule{}},
+		Policy:           Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{}},
 
 		MaxConcurrentRequests:     1024,
 		HTTP2MaxConcurrentStreams: 100,

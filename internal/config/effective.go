@@ -44,6 +44,7 @@ type effConfig struct {
 
 type effPolicy struct {
 	DefaultAction Action    `yaml:"default_action"`
+	Mode          Mode      `yaml:"mode"`
 	Rules         []effRule `yaml:"rules"`
 }
 
@@ -53,9 +54,11 @@ type effRule struct {
 	AllowedPorts   []uint16     `yaml:"allowed_ports,flow"`
 	HeaderRewrites []effRewrite `yaml:"header_rewrites,omitempty"`
 
-	RemoveHeaders           []string   `yaml:"remove_headers,omitempty,flow"`
-	ResponseHeaderTimeoutMS int64      `yaml:"response_header_timeout_ms,omitempty"`
-	Routes                  []effRoute `yaml:"routes,omitempty"`
+	RemoveHeaders           []string      `yaml:"remove_headers,omitempty,flow"`
+	ResponseHeaderTimeoutMS int64         `yaml:"response_header_timeout_ms,omitempty"`
+	Routes                  []effRoute    `yaml:"routes,omitempty"`
+	MaxRequestBodyBytes     int64         `yaml:"max_request_body_bytes,omitempty"`
+	RateLimit               *effRateLimit `yaml:"rate_limit,omitempty,flow"`
 }
 
 // effRoute is a route; omitted methods or paths mean any.
@@ -63,6 +66,11 @@ type effRoute struct {
 	Methods []string `yaml:"methods,flow,omitempty"`
 	Paths   []string `yaml:"paths,flow,omitempty"`
 	Action  Action   `yaml:"action"`
+}
+
+type effRateLimit struct {
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	Burst             int     `yaml:"burst"`
 }
 
 type effRewrite struct {
@@ -123,7 +131,7 @@ func (c *Config) Effective() ([]byte, error) {
 		HTTP2MaxConcurrentStreams:     c.HTTP2MaxConcurrentStreams,
 		DownstreamWriteTimeoutSeconds: seconds(c.Timeouts.DownstreamWrite),
 
-		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}},
+		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}, Mode: c.Policy.Mode},
 	}
 	if c.ListenAddrExplicit {
 		e.ListenAddr = c.ListenAddr.String()
@@ -139,6 +147,10 @@ func (c *Config) Effective() ([]byte, error) {
 		}
 		for _, rt := range r.Routes {
 			er.Routes = append(er.Routes, effRoute(rt))
+		}
+		er.MaxRequestBodyBytes = r.MaxRequestBodyBytes
+		if rl := r.RateLimit; rl != nil {
+			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
 		}
 		e.EgressPolicy.Rules = append(e.EgressPolicy.Rules, er)
 	}

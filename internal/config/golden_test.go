@@ -86,7 +86,7 @@ func TestReferenceExample(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load() error = %v", err)
 	}
-	want := Policy{DefaultAction: ActionDeny, Rules: []Rule{
+	want := Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{
 		{Host: "api.openai.com", RawHost: "api.openai.com", Index: 0, Line: 12, Action: ActionAllow,
 			HeaderRewrites: []HeaderRewrite{{Name: "Authorization", Value: "Bearer {value}", SecretRef: "openai-api-key"}}},
 		{Host: "api.anthropic.com", RawHost: "api.anthropic.com", Index: 1, Line: 18, Action: ActionAllow,

@@ -84,6 +84,8 @@ type Policy struct {
 	DefaultAction Action
 	// Rules in file order; hosts are unique after canonicalisation.
 	Rules []Rule
+	// Mode is enforce (default) or report.
+	Mode Mode
 }
 
 // Rule is one egress_policy.rules entry.
@@ -115,6 +117,11 @@ type Rule struct {
 	// decides, and a request no route matches is denied. Only allow rules
 	// have routes.
 	Routes []Route
+	// MaxRequestBodyBytes bounds the body of a request this rule allows
+	// (0 = no bound): a larger body gets 413 and is never forwarded whole.
+	MaxRequestBodyBytes int64
+	// RateLimit is the rule's token bucket (nil = no rate limit).
+	RateLimit *RateLimit
 }
 
 // Route is one routes entry of an allow rule.
@@ -128,6 +135,26 @@ type Route struct {
 	// Action is allow (the default) or deny.
 	Action Action
 }
+
+// RateLimit is a rule's rate_limit: a token bucket refilled at
+// RequestsPerSecond and holding at most Burst tokens (full at start).
+type RateLimit struct {
+	RequestsPerSecond float64
+	Burst             int
+}
+
+// Mode is egress_policy.mode.
+type Mode string
+
+// The two policy modes.
+const (
+	// ModeEnforce refuses what the policy denies (the default).
+	ModeEnforce Mode = "enforce"
+	// ModeReport forwards, without any header rewrite, what enforce mode
+	// would refuse for host, port, body size or rate, and logs it as
+	// report_deny.
+	ModeReport Mode = "report"
+)
 
 // HeaderRewrite is one header_rewrites entry.
 type HeaderRewrite struct {

@@ -274,6 +274,18 @@ func (c *checker) policy(w *wirePolicy) Policy {
 	if p.DefaultAction == ActionAllow {
 		c.warn(base+".default_action", warnDefaultAllow)
 	}
+	p.Mode = ModeEnforce
+	if w.Mode != nil {
+		switch m := Mode(*w.Mode); m {
+		case ModeEnforce, ModeReport:
+			p.Mode = m
+		default:
+			c.errorf(base+".mode", "must be enforce or report, got '%s'", clip(*w.Mode))
+		}
+	}
+	if p.Mode == ModeReport {
+		c.warn(base+".mode", warnReportMode)
+	}
 	if w.Rules == nil && !c.isEmptyList(base+".rules") {
 		c.errorf(base+".rules", "required key is missing (use rules: [] for none)")
 	}
@@ -349,6 +361,7 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 	if w.ResponseHeaderTimeoutMS != nil {
 		r.ResponseHeaderTimeout = c.ms(path+".response_header_timeout_ms", w.ResponseHeaderTimeoutMS, 0, 1, responseHeaderTimeoutMSLimit)
 	}
+	c.limits(path, &r, w)
 	return r, hostOK
 }
 
@@ -689,4 +702,52 @@ func ApplyEnv(c *Config, getenv func(string) string) error {
 		c.LogLevel = l
 	}
 	return nil
+}
+
+// Bounds of the per-rule limits.
+const (
+	maxBodyLimit = int64(1) << 40 // 1 TiB: larger is "no limit"; omit the key
+	maxRate      = 1e6            // requests per second
+	maxBurst     = 1_000_000
+)
+
+// warnReportMode is the start-up (and reload) warning of mode: report.
+const warnReportMode = "egress_policy.mode is report: requests the policy denies are FORWARDED (without header rewrites) and only logged as report_deny; use it to build a policy, never in production"
+
+// limits validates max_request_body_bytes and rate_limit into r. They
+// bound what an allow rule lets through, so a deny rule cannot have them.
+func (c *checker) limits(path string, r *Rule, w wireRule) {
+	if (w.MaxRequestBodyBytes != nil || w.RateLimit != nil) && r.Action == ActionDeny {
+		c.errorf(path, "max_request_body_bytes and rate_limit apply only to an allow rule (this rule denies every request)")
+	}
+	if v := w.MaxRequestBodyBytes; v != nil {
+		if *v < 1 || *v > maxBodyLimit {
+			c.errorf(path+".max_request_body_bytes", "must be between 1 and %d bytes, got %d (omit the key for no limit)", maxBodyLimit, *v)
+		} else {
+			r.MaxRequestBodyBytes = *v
+		}
+	}
+	if rl := w.RateLimit; rl != nil {
+		ok := true
+		if rl.RequestsPerSecond == nil {
+			c.errorf(path+".rate_limit.requests_per_second", "required key is missing")
+			ok = false
+		} else if v := *rl.RequestsPerSecond; !(v > 0 && v <= maxRate) {
+			c.errorf(path+".rate_limit.requests_per_second", "must be above 0 and at most %g, got %g", float64(maxRate), v)
+			ok = false
+		}
+		burst := int64(0)
+		if rl.Burst == nil {
+			if ok {
+				// Default: one second's worth of requests, at least one.
+				burst = max(1, int64(math.Ceil(*rl.RequestsPerSecond)))
+			}
+		} else if burst = *rl.Burst; burst < 1 || burst > maxBurst {
+			c.errorf(path+".rate_limit.burst", "must be between 1 and %d, got %d", maxBurst, burst)
+			ok = false
+		}
+		if ok {
+			r.RateLimit = &RateLimit{RequestsPerSecond: *rl.RequestsPerSecond, Burst: int(burst)}
+		}
+	}
 }

@@ -44,6 +44,7 @@ type wireConfig struct {
 type wirePolicy struct {
 	DefaultAction *string    `yaml:"default_action"`
 	Rules         []wireRule `yaml:"rules"`
+	Mode          *string    `yaml:"mode"`
 }
 
 // wireRule is one egress_policy.rules entry.
@@ -53,9 +54,11 @@ type wireRule struct {
 	HeaderRewrites []wireRewrite `yaml:"header_rewrites"`
 	AllowedPorts   []int64       `yaml:"allowed_ports"`
 
-	RemoveHeaders           []string    `yaml:"remove_headers"`
-	ResponseHeaderTimeoutMS *int64      `yaml:"response_header_timeout_ms"`
-	Routes                  []wireRoute `yaml:"routes"`
+	RemoveHeaders           []string       `yaml:"remove_headers"`
+	ResponseHeaderTimeoutMS *int64         `yaml:"response_header_timeout_ms"`
+	Routes                  []wireRoute    `yaml:"routes"`
+	MaxRequestBodyBytes     *int64         `yaml:"max_request_body_bytes"`
+	RateLimit               *wireRateLimit `yaml:"rate_limit"`
 }
 
 // wireRoute is one routes entry of a rule.
@@ -63,6 +66,12 @@ type wireRoute struct {
 	Methods []string `yaml:"methods"`
 	Paths   []string `yaml:"paths"`
 	Action  *string  `yaml:"action"`
+}
+
+// wireRateLimit is a rule's rate_limit.
+type wireRateLimit struct {
+	RequestsPerSecond *float64 `yaml:"requests_per_second"`
+	Burst             *int64   `yaml:"burst"`
 }
 
 // wireRewrite is one header_rewrites entry.

@@ -13,10 +13,11 @@
 //
 // What a generation carries is exactly what can change at reload. Listener
 // addresses, the interception CA, deny_handshake_on_disallowed_sni (read by
-// mitm at start-up), timeouts and limits are not in it: changing them needs
-// a restart; a rule's response_header_timeout_ms is in it (it belongs to
-// the rule), the global upstream_response_header_timeout_ms is not (the
-// upstream transport enforces it). The secrets' required set is not either: whoever reloads calls
+// mitm at start-up), timeouts and connection limits are not in it: changing
+// them needs a restart; a rule's response_header_timeout_ms and its limits
+// are in it (they belong to the rule), the global
+// upstream_response_header_timeout_ms is not (the upstream transport
+// enforces it). The secrets' required set is not either: whoever reloads calls
 // secrets.(*Store).SetRequired(cfg.RequiredSecretRefs()) after a successful
 // Store.
 //
@@ -59,12 +60,19 @@ type Generation struct {
 	Policy *policy.Policy
 	// Interception holds the interception flags that may change at reload.
 	Interception Interception
+	// Report is egress_policy.mode: report: what the policy or a limit
+	// would refuse is forwarded without header rewrites and logged as
+	// report_deny (package proxy).
+	Report bool
 	// rewrites holds, by rule index, the rule's compiled header rewrites
 	// and removals; nil for a rule without any.
 	rewrites []*rewrite.Set
 	// headerTimeouts holds, by rule index, the rule's
 	// response_header_timeout_ms; 0 when the rule has none.
 	headerTimeouts []time.Duration
+	// limits holds, by rule index, the rule's limits; nil for a rule
+	// without any.
+	limits []*Limits
 }
 
 // Interception is the part of https_interception that a reload may change.
@@ -106,8 +114,14 @@ func (g *Generation) ruleAllowed(d policy.Decision) bool {
 
 // Compile compiles cfg into a generation with Seq 0. It fails, naming the
 // rule, if the policy or any rule's header rewrites or removals do not
-// compile.
+// compile. Every rate-limit bucket starts full.
 func Compile(cfg *config.Config) (*Generation, error) {
+	return compile(cfg, nil)
+}
+
+// compile is Compile; rate-limit buckets of rules unchanged from prev
+// (non-nil) carry over (see compileLimits).
+func compile(cfg *config.Config, prev *Generation) (*Generation, error) {
 	if cfg == nil {
 		return nil, errors.New("generation: no configuration")
 	}
@@ -118,6 +132,7 @@ func Compile(cfg *config.Config) (*Generation, error) {
 	g := &Generation{
 		Policy:         pol,
 		Interception:   Interception{EnforceSNIHostMatch: cfg.Interception.EnforceSNIHostMatch},
+		Report:         cfg.Policy.Mode == config.ModeReport,
 		rewrites:       make([]*rewrite.Set, len(cfg.Policy.Rules)),
 		headerTimeouts: make([]time.Duration, len(cfg.Policy.Rules)),
 	}
@@ -129,6 +144,7 @@ func Compile(cfg *config.Config) (*Generation, error) {
 		}
 		g.rewrites[i] = s
 	}
+	g.limits = compileLimits(cfg, prev)
 	return g, nil
 }
 
@@ -159,14 +175,16 @@ func (c *Current) Load() *Generation { return c.p.Load() }
 // Store compiles cfg and, only if everything compiles, makes it the
 // generation in force and returns it. On error the previous generation
 // stays in force and the error says what failed. Requests that already
-// loaded the previous generation finish with it.
+// loaded the previous generation finish with it. A rule whose host and
+// rate_limit are unchanged keeps its rate-limit bucket, tokens included
+// (TestStoreKeepsUnchangedBuckets); a new or changed one starts full.
 func (c *Current) Store(cfg *config.Config) (*Generation, error) {
-	g, err := Compile(cfg)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g, err := compile(cfg, c.p.Load())
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	g.Seq = c.p.Load().Seq + 1
 	c.p.Store(g)
 	return g, nil

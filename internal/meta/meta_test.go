@@ -82,7 +82,7 @@ var allowedInternal = map[string][]string{
 	"netfilter":  {},
 	"listener":   {"telemetry"},
 	"proxy":      {"config", "generation", "hostport", "policy", "rewrite", "secrets", "telemetry", "upstream"},
-	"server":     {"admin", "config", "generation", "hostport", "listener", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream"},
+	"server":     {"admin", "config", "generation", "hostport", "listener", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
 func TestInternalImportRules(t *testing.T) {

@@ -30,6 +30,8 @@ const (
 	bodyAddrDenied      = "upstream address not allowed"
 	bodyRouteDenied     = "route not allowed"
 	bodyAmbiguousPath   = "ambiguous request path"
+	bodyBodyTooLarge    = "request body too large"
+	bodyRateLimited     = "rate limit exceeded"
 
 	// hintConnect is the second line of the CONNECT 405 body: the explicit
 	// proxy carries http:// URLs only (BotBox originates the TLS).
@@ -57,6 +59,8 @@ const (
 	reasonUpstreamTimeout = "upstream_timeout"
 	reasonUpstreamError   = "upstream_error"
 	reasonAddrDenied      = "upstream_addr_denied"
+	reasonBodyTooLarge    = "body_too_large"
+	reasonRateLimited     = "rate_limited"
 )
 
 // HeaderReason names, on every response BotBox generates itself (never on
@@ -75,6 +79,10 @@ type failure struct {
 
 // classify is the one place where an error becomes a status code.
 func classify(ctx context.Context, err error) failure {
+	if _, ok := errors.AsType[*bodyTooLargeError](err); ok {
+		// max_request_body_bytes crossed while streaming (limits.go).
+		return failure{status: http.StatusRequestEntityTooLarge, body: bodyBodyTooLarge, reason: reasonBodyTooLarge}
+	}
 	if _, ok := errors.AsType[*rewrite.MissingSecretError](err); ok {
 		// Fail closed: never forward a request without its credential.
 		return failure{status: http.StatusInternalServerError, body: bodySecretMissing, reason: reasonSecretMissing}

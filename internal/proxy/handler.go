@@ -245,6 +245,13 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		x.rule = d.Rule.Host
 	}
 	x.route = d.Route + 1
+	// The canonical path a rule with routes judged is the one forwarded,
+	// in report mode too.
+	x.path = d.Path
+	if !d.Allowed() && g.Report {
+		h.forwardReport(r, x, hp, string(d.Reason))
+		return
+	}
 	if !d.Allowed() {
 		x.hostLabel = telemetry.HostDenied
 		switch d.Reason {
@@ -260,7 +267,9 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		}
 		return
 	}
-	x.path = d.Path
+	if !h.admitLimits(r, x, hp, g, d) {
+		return
+	}
 	if !h.admitUpgrade(r, x) {
 		x.hostLabel = telemetry.HostDenied
 		h.reject(x, http.StatusBadRequest, bodyUpgrade, telemetry.DecisionDeniedUpgrade, reasonUpgrade)
@@ -391,6 +400,7 @@ func (h *Handler) upstreamResponse(resp *http.Response) error {
 func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	x := exchangeFrom(r.Context())
 	f := classify(r.Context(), err)
+	h.limitFailure(x, f)
 	h.observeDuration(x)
 	if f.status == 0 {
 		// Nobody reads a response; the line still says why.

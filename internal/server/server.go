@@ -62,6 +62,15 @@ type Options struct {
 	// `botbox probe` reads ("" = no key: probes get no authentication
 	// header and `botbox probe` fails).
 	ProbeKeyFile string
+	// ConfigPath is the config file cfg was loaded from ("" = no reload:
+	// Reload fails and the file is not watched). Run watches its directory
+	// and Reload re-reads it.
+	ConfigPath string
+	// Getenv is the environment of config.ApplyEnv at reload (default: an
+	// empty environment).
+	Getenv func(string) string
+	// LogLevel, when set, follows log_level (and BOTBOX_LOG_LEVEL) at reload.
+	LogLevel *slog.LevelVar
 }
 
 // Admin port bounds. The port is reachable by the app by design, so it must
@@ -99,6 +108,11 @@ type Server struct {
 	probeKey    []byte
 	requests    chan struct{}       // max_concurrent_requests permits
 	gen         *generation.Current // the policy generation in force
+	transport   *upstream.Transport // upstream; its idle connections close at reload
+
+	reloadMu   sync.Mutex
+	lastConfig []byte         // the config file's bytes last read (reloadMu)
+	live       *config.Config // the configuration whose policy is in force (reloadMu)
 
 	secretsReady atomic.Bool
 	serving      atomic.Bool
@@ -136,6 +150,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.probeKey = key
+	s.live = cfg
+	if opts.ConfigPath != "" {
+		// What a watch trigger compares with: the file as it is now, which
+		// is the file cfg was loaded from unless it changed since.
+		s.lastConfig, _ = os.ReadFile(opts.ConfigPath)
+	}
 
 	store, err := secrets.Open(secrets.Options{
 		Dir:      cfg.SecretsDir,
@@ -167,6 +187,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.transport = tr
 	s.handler, err = proxy.New(proxy.Options{
 		Config:     cfg,
 		Generation: s.gen,
@@ -192,7 +213,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			CacheSize:         ic.CertCacheSize,
 			DenyDisallowedSNI: ic.DenyHandshakeOnDisallowedSNI,
 			Allowed: func(host string) bool {
-				return s.gen.Load().Policy.AllowsHost(host)
+				// Report mode refuses nothing the policy denies, handshakes
+				// included (TestReportModeAdmitsDeniedSNI).
+				g := s.gen.Load()
+				return g.Report || g.Policy.AllowsHost(host)
 			},
 			Observer: mitmObserver{s.metrics},
 			Logger:   telemetry.WithTarget(opts.Logger, telemetry.TargetInterception),
@@ -276,6 +300,19 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 	}()
 	defer func() { stopWatch(); <-watchDone }()
+	reportDone := make(chan struct{})
+	go func() { defer close(reportDone); s.reportLoop(watchCtx) }()
+	defer func() { stopWatch(); <-reportDone }()
+	if s.opts.ConfigPath != "" {
+		cfgDone := make(chan struct{})
+		go func() {
+			defer close(cfgDone)
+			if err := s.watchConfig(watchCtx); err != nil {
+				s.logger.Error("config watcher stopped", slog.String(telemetry.KeyError, err.Error()))
+			}
+		}()
+		defer func() { stopWatch(); <-cfgDone }()
+	}
 
 	n := 0
 	for _, ns := range servers {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,8 +44,14 @@ type harness struct {
 	secretDir string
 	// probeKeyFile is where the server wrote its probe key.
 	probeKeyFile string
-	cancel       context.CancelFunc
-	done         chan error
+	// yaml is the configuration the server started with; cfgPath, when
+	// harnessOpts.configFile is set, the file it was loaded from.
+	yaml, cfgPath string
+	// uploadsSeen and uploadsComplete count the origin's /upload requests
+	// and those whose body arrived complete.
+	uploadsSeen, uploadsComplete atomic.Int64
+	cancel                       context.CancelFunc
+	done                         chan error
 }
 
 type harnessOpts struct {
@@ -52,6 +60,8 @@ type harnessOpts struct {
 	interception   string // https_interception block body ("" = disabled)
 	maxConnections int
 	writeSecret    bool
+	configFile     bool // load from a Kubernetes-style ConfigMap dir (reload tests)
+	logLevel       *slog.LevelVar
 	shutdown       int // seconds
 	// wrapListen, when set, wraps each bound listener; addr is the
 	// configured address (port 18080, 18443 or 19090) before the ephemeral
@@ -94,6 +104,15 @@ func start(t *testing.T, o harnessOpts) *harness {
 		default:
 		}
 		switch r.URL.Path {
+		case "/upload":
+			// Records what arrived and what arrived complete (a body read
+			// to its end without error).
+			h.uploadsSeen.Add(1)
+			n, err := io.Copy(io.Discard, r.Body)
+			if err == nil {
+				h.uploadsComplete.Add(1)
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"bytes": n, "authorization": r.Header.Get("Authorization") != ""})
 		case "/ws":
 			wsecho.Handler(nil)(w, r)
 		case "/stream":
@@ -117,7 +136,7 @@ func start(t *testing.T, o harnessOpts) *harness {
 			w.Header().Set("Grpc-Status", "0")
 		default:
 			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(map[string]any{"proto": r.Proto, "host": r.Host})
+			_ = json.NewEncoder(w).Encode(map[string]any{"proto": r.Proto, "host": r.Host, "authorization": r.Header.Get("Authorization") != ""})
 		}
 	}))
 	if o.origin != nil {
@@ -164,9 +183,14 @@ egress_policy:
 		certPath, keyPath := h.botboxCA.WriteFiles(t, dir)
 		yaml += fmt.Sprintf("https_interception:\n  enabled: true\n  listen_port: 18443\n  ca_cert_path: %s\n  ca_key_path: %s\n%s", certPath, keyPath, o.interception)
 	}
+	h.yaml = yaml
 	cfg, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yaml)
+	}
+	if o.configFile {
+		h.cfgPath = filepath.Join(dir, "config", "config.yaml")
+		h.writeConfig(yaml)
 	}
 	h.metrics = telemetry.NewMetrics()
 	originAddr := h.origin.Listener.Addr().String()
@@ -186,6 +210,8 @@ egress_policy:
 		Metrics:       h.metrics,
 		Listen:        listen,
 		ProbeKeyFile:  h.probeKeyFile,
+		ConfigPath:    h.cfgPath,
+		LogLevel:      o.logLevel,
 		UpstreamRoots: h.originCA.Pool(),
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer

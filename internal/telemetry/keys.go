@@ -51,3 +51,10 @@ const (
 	KeyInFlight = "in_flight" // connections open when the drain starts
 	KeyField    = "field"     // a config key a start-up warning is about
 )
+
+// Keys of the configuration reload lines.
+const (
+	KeyTrigger    = "trigger"    // what started a reload: sighup, event, resync
+	KeyGeneration = "generation" // the policy generation in force after a reload
+	KeyKeys       = "keys"       // config keys that changed but need a restart
+)

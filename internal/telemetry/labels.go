@@ -23,6 +23,13 @@ const (
 	// DecisionDeniedPath: the rule has routes and the request path is
 	// ambiguous (400 ambiguous request path), refused before matching.
 	DecisionDeniedPath = "denied_path"
+
+	// Per-rule limits (max_request_body_bytes, rate_limit) and report mode.
+	DecisionDeniedBodyTooLarge = "denied_body_too_large"
+	DecisionDeniedRateLimit    = "denied_rate_limit"
+	// DecisionReportDeny: mode report forwarded, without header rewrites,
+	// a request that enforce mode would have refused.
+	DecisionReportDeny = "report_deny"
 )
 
 // Host label values that are not a rule's host. A requested host that no
@@ -35,6 +42,9 @@ const (
 	// HostUnknown labels requests rejected before a host was known
 	// (CONNECT, missing Host).
 	HostUnknown = "unknown"
+	// HostReport labels requests forwarded by report mode that enforce
+	// mode would have refused (decision report_deny).
+	HostReport = "_report"
 )
 
 // Values of the result label of botbox_tls_handshakes_total.

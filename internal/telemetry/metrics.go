@@ -31,8 +31,10 @@ type Metrics struct {
 	// (HostDenied, DecisionDeny), (HostDenied, DecisionDeniedUpgrade),
 	// (HostUnknown, DecisionDeniedConnect), (HostUnknown,
 	// DecisionDeniedNoHost), (HostUnknown, DecisionDeniedAbsoluteForm,
-	// DecisionDeniedPort or DecisionDeniedHostMismatch). Allowed requests
-	// are best counted through ForHost.
+	// DecisionDeniedPort or DecisionDeniedHostMismatch), (rule host,
+	// DecisionDeniedBodyTooLarge or DecisionDeniedRateLimit), (HostReport,
+	// DecisionReportDeny). Allowed requests are best counted through
+	// ForHost.
 	Requests *prometheus.CounterVec
 	// RequestDuration is botbox_request_duration_seconds{host}, host being a
 	// rule host or HostDefaultAllow (unlike the reference, never the

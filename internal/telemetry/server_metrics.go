@@ -25,6 +25,12 @@ const (
 	ReasonOverload = "overload"
 )
 
+// Values of the result label of botbox_config_reloads_total.
+const (
+	ReloadSuccess = "success"
+	ReloadFailure = "failure"
+)
+
 // ServerMetrics are the listener-level metrics of package server, on the
 // same registry as Metrics. Label values come from the constants above and
 // from StatusCodeLabel.
@@ -45,6 +51,13 @@ type ServerMetrics struct {
 	// response write that did not complete within
 	// downstream_write_timeout_seconds (a client that stopped reading).
 	WriteTimeouts *prometheus.CounterVec
+	// ConfigReloads is botbox_config_reloads_total{result}: reloads of the
+	// config file, result ReloadSuccess or ReloadFailure.
+	ConfigReloads *prometheus.CounterVec
+	// ConfigLastReloadSuccess is botbox_config_last_reload_success: 1 when
+	// the last reload succeeded (or none was attempted yet), 0 when it
+	// failed and the previous configuration is still in force.
+	ConfigLastReloadSuccess prometheus.Gauge
 }
 
 // NewServerMetrics registers the server metrics on reg.
@@ -66,7 +79,16 @@ func NewServerMetrics(reg prometheus.Registerer) *ServerMetrics {
 			Name: "botbox_downstream_write_timeouts_total",
 			Help: "Response writes cut because the client did not read within downstream_write_timeout_seconds",
 		}, []string{"listener"}),
+		ConfigReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "botbox_config_reloads_total",
+			Help: "Reloads of the config file by result (failure: the previous configuration stays in force)",
+		}, []string{"result"}),
+		ConfigLastReloadSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "botbox_config_last_reload_success",
+			Help: "1 when the last config reload succeeded or none was attempted, 0 when it failed",
+		}),
 	}
-	reg.MustRegister(m.ConnectionsDropped, m.RequestsShed, m.MalformedRequests, m.WriteTimeouts)
+	m.ConfigLastReloadSuccess.Set(1)
+	reg.MustRegister(m.ConnectionsDropped, m.RequestsShed, m.MalformedRequests, m.WriteTimeouts, m.ConfigReloads, m.ConfigLastReloadSuccess)
 	return m
 }
