@@ -1,22 +1,22 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/hostport"
+	"github.com/botbox/botbox/internal/policy"
 )
 
 var updateSuggest = flag.Bool("update-suggest", false, "rewrite testdata/suggest/*.golden.yaml")
-
-// routesUnknown matches the only problem config.Parse may report on a full
-// proposal while the policy language has no routes: the routes key itself.
-var routesUnknown = regexp.MustCompile(`^egress_policy\.rules\[\d+\]\.routes$`)
 
 // TestSuggestGolden feeds a fixed decision log (allow, report_deny, deny
 // and non-decision lines) and compares the proposal with the golden files;
@@ -60,20 +60,15 @@ func TestSuggestGolden(t *testing.T) {
 			if _, again, _ := runArgs(t, nil, append([]string{"suggest", "--log", log}, c.args...)...); again != out {
 				t.Error("two runs differ")
 			}
+			// The proposal loads as it is, and loaded back it allows every
+			// request the log observed (with --min-count 1) and nothing that
+			// was only ever denied.
 			cfg, err := config.Parse([]byte(out))
 			if err != nil {
-				// Until the policy language has routes, the routes key is
-				// the only thing config.Parse may refuse; once it has them,
-				// the proposal must load as it is.
-				for _, p := range config.Problems(err) {
-					if !routesUnknown.MatchString(p.Path) || !strings.Contains(p.Msg, "unknown key") {
-						t.Fatalf("proposal does not load: %v", err)
-					}
-				}
-				stripped := regexp.MustCompile(`(?m)^      routes:\n(^        .*\n)*`).ReplaceAllString(out, "")
-				if cfg, err = config.Parse([]byte(stripped)); err != nil {
-					t.Fatalf("proposal without routes does not load: %v", err)
-				}
+				t.Fatalf("proposal does not load: %v", err)
+			}
+			if len(c.args) == 0 {
+				assertAllowsObserved(t, cfg, log)
 			}
 			var hosts []string
 			for _, r := range cfg.Policy.Rules {
@@ -89,6 +84,46 @@ func TestSuggestGolden(t *testing.T) {
 				t.Errorf("hosts %v, want %v", hosts, c.hosts)
 			}
 		})
+	}
+}
+
+// assertAllowsObserved decides every allow/report_deny line of the log
+// with the proposal's policy and fails on any it would refuse.
+func assertAllowsObserved(t *testing.T, cfg *config.Config, logPath string) {
+	t.Helper()
+	pol, err := policy.Compile(cfg.Policy)
+	if err != nil {
+		t.Fatalf("compiling the proposal: %v", err)
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		var rec struct {
+			Message, Host, Method, Path, Decision string
+			Port                                  int
+			Repeated                              int
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Message != "proxy decision" || rec.Repeated > 0 {
+			continue
+		}
+		if rec.Decision != "allow" && rec.Decision != "report_deny" {
+			continue
+		}
+		hp, err := hostport.Parse(net.JoinHostPort(rec.Host, strconv.Itoa(rec.Port)))
+		if err != nil {
+			t.Fatalf("log host %q: %v", rec.Host, err)
+		}
+		d := pol.Decide(policy.Target{Host: hp, Method: rec.Method, Path: rec.Path})
+		if !d.Allowed() {
+			t.Errorf("the proposal refuses an observed request %s %s:%d%s (%s)", rec.Method, rec.Host, rec.Port, rec.Path, d.Reason)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no observed request in the log")
 	}
 }
 
