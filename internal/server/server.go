@@ -17,6 +17,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -174,6 +175,14 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Transport:  tr,
 		Metrics:    s.metrics,
 		Logger:     telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
+		// CONNECT on the plain listener is intercepted when interception
+		// is on; s.icpt is set below, before anything is served.
+		ConnectTLS: func() *tls.Config {
+			if s.icpt == nil {
+				return nil
+			}
+			return s.icpt.TLSConfig()
+		},
 	})
 	if err != nil {
 		return nil, err
