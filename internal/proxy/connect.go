@@ -45,6 +45,7 @@ const defaultConnectHandshake = 10 * time.Second
 // connectSetup is what the CONNECT path needs from Options.
 type connectSetup struct {
 	tls        func() *tls.Config // nil, or nil result: CONNECT is refused
+	server     func(http.Handler) *http.Server
 	handshake  time.Duration
 	readHeader time.Duration
 	idle       time.Duration
@@ -53,6 +54,7 @@ type connectSetup struct {
 func newConnectSetup(opts Options) connectSetup {
 	c := connectSetup{
 		tls:        opts.ConnectTLS,
+		server:     opts.ConnectServer,
 		handshake:  opts.Config.Interception.HandshakeTimeout,
 		readHeader: opts.Config.Timeouts.DownstreamReadHeader,
 		idle:       opts.Config.Timeouts.DownstreamIdle,
@@ -137,11 +139,23 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 		return
 	}
 
+	// The tunnel outlives this handler, so that the CONNECT holds no
+	// request-budget permit of the plain listener's server while its
+	// connection is open (an idle keep-alive tunnel is a connection, not a
+	// request); its requests take their own.
+	x.lineLater = true
+	x.ctx = context.WithoutCancel(r.Context())
+	go h.runTunnel(r, x, t, pinSNI(base, hp.Host))
+}
+
+// runTunnel ends TLS in an accepted CONNECT tunnel and serves its
+// requests; it writes the CONNECT's decision line when the tunnel ends.
+func (h *Handler) runTunnel(r *http.Request, x *exchange, t *tunnelConn, cfg *tls.Config) {
+	defer h.writeDecision(r, x)
 	nc := &notifyConn{Conn: t, closed: make(chan struct{})}
-	cfg := pinSNI(base, hp.Host)
 	tc := tls.Server(nc, cfg)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.connect.handshake)
-	err = tc.HandshakeContext(ctx)
+	ctx, cancel := context.WithTimeout(x.ctx, h.connect.handshake)
+	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
 		h.connectHandshakeFailed(x, err)
@@ -150,9 +164,21 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 	}
 	h.metrics.TLSHandshakes.WithLabelValues(telemetry.HandshakeOK).Inc()
 
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(h.serveTunnelRequest),
-		TLSConfig:         cfg, // offers h2 by ALPN, as on the interception listener
+	srv := h.tunnelServer()
+	srv.TLSConfig = cfg // offers h2 by ALPN, as on the interception listener
+	// Serve returns once the one connection is closed (by either peer, the
+	// idle timeout or CloseTunnels).
+	_ = srv.Serve(&oneConnListener{conn: tc, closed: nc.closed})
+}
+
+// tunnelServer is the HTTP server of one tunnel's decrypted stream.
+func (h *Handler) tunnelServer() *http.Server {
+	handler := http.HandlerFunc(h.serveTunnelRequest)
+	if h.connect.server != nil {
+		return h.connect.server(handler)
+	}
+	return &http.Server{
+		Handler:           handler,
 		ReadHeaderTimeout: h.connect.readHeader,
 		IdleTimeout:       h.connect.idle,
 		MaxHeaderBytes:    64 << 10,
@@ -160,9 +186,6 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     slog.NewLogLogger(h.logger.Handler(), slog.LevelDebug),
 	}
-	// Serve returns once the one connection is closed (by either peer, the
-	// idle timeout or CloseTunnels).
-	_ = srv.Serve(&oneConnListener{conn: tc, closed: nc.closed})
 }
 
 // connectHandshakeFailed records a failed handshake inside a tunnel on the

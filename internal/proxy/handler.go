@@ -67,6 +67,12 @@ type Options struct {
 	// restricts to the CONNECT host. Nil, or a nil result, keeps every
 	// CONNECT at 405 (see serveConnect).
 	ConnectTLS func() *tls.Config
+	// ConnectServer, if set, returns the HTTP server that serves the
+	// decrypted stream of one CONNECT tunnel with the handler it is given
+	// (package server passes its interception listener's settings: timeouts,
+	// HTTP/2 stream cap, request budget, write deadlines). Nil: a server with
+	// Config's downstream timeouts. Its TLSConfig is set by the tunnel.
+	ConnectServer func(http.Handler) *http.Server
 }
 
 // Handler is the request pipeline shared by both listeners.

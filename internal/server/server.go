@@ -176,12 +176,17 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Metrics:    s.metrics,
 		Logger:     telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
 		// CONNECT on the plain listener is intercepted when interception
-		// is on; s.icpt is set below, before anything is served.
+		// is on; s.interceptor is set below, before anything is served.
 		ConnectTLS: func() *tls.Config {
-			if s.icpt == nil {
+			if s.interceptor == nil {
 				return nil
 			}
-			return s.icpt.TLSConfig()
+			return s.interceptor.TLSConfig()
+		},
+		// A tunnel's requests get the interception listener's server
+		// settings and request budget.
+		ConnectServer: func(h http.Handler) *http.Server {
+			return s.newHTTPServer(s.guard(telemetry.ListenerHTTPS, h))
 		},
 	})
 	if err != nil {

@@ -1,0 +1,218 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/botbox/botbox/internal/testutil/eventually"
+)
+
+// proxyClient is an agent with HTTPS_PROXY=http://<plain listener>,
+// trusting the BotBox CA.
+func (h *harness) proxyClient(h2 bool) *http.Client {
+	pu := &url.URL{Scheme: "http", Host: h.addrs.Proxy[0].String()}
+	var p http.Protocols
+	p.SetHTTP1(!h2)
+	p.SetHTTP2(h2)
+	tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: h.botboxCA.Pool()}, Protocols: &p}
+	h.t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// connectLines returns the decision lines of requests served in tunnels.
+func (h *harness) decisionLines(listener string) []map[string]any {
+	var out []map[string]any
+	for _, r := range h.logs.Find("proxy decision") {
+		if r["listener"] == listener {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestConnectInterceptedEndToEnd: with interception on, an HTTPS_PROXY
+// client reaches an allowed host through the plain listener, over HTTP/1.1
+// and h2, with a leaf from the interception CA and the credential injected
+// (issue 10 item 5; before, every CONNECT got 405).
+func TestConnectInterceptedEndToEnd(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, interception: "  deny_handshake_on_disallowed_sni: true\n"})
+	for _, h2 := range []bool{false, true} {
+		c := h.proxyClient(h2)
+		req, _ := http.NewRequest(http.MethodGet, "https://api.example.test/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer agent-own")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("h2=%v: %v", h2, err)
+		}
+		b := body(t, resp)
+		if resp.StatusCode != 200 {
+			t.Fatalf("h2=%v: %d %s", h2, resp.StatusCode, b)
+		}
+		if want := map[bool]int{false: 1, true: 2}[h2]; resp.ProtoMajor != want {
+			t.Errorf("h2=%v: agent protocol %s", h2, resp.Proto)
+		}
+		if got := h.lastSeen().Values("Authorization"); len(got) != 1 || got[0] != "Bearer "+canary {
+			t.Errorf("h2=%v: origin got %d Authorization values, want the injected one only", h2, len(got))
+		}
+		if resp.TLS.PeerCertificates[0].Issuer.CommonName != "botbox-test-interception-ca" {
+			t.Errorf("leaf issued by %q", resp.TLS.PeerCertificates[0].Issuer.CommonName)
+		}
+		c.CloseIdleConnections()
+	}
+	eventually.Eventually(t, 5*time.Second, func() bool { return len(h.decisionLines("connect")) == 2 }, "two tunnel request lines")
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		n := 0
+		for _, l := range h.decisionLines("http") {
+			if l["method"] == "CONNECT" && l["reason"] == "connect_tunnel" && l["host"] == "api.example.test" && l["port"] == float64(443) {
+				n++
+			}
+		}
+		return n == 2
+	}, "two CONNECT lines")
+	// A host the policy denies: 405 naming it, no leaf issued.
+	_, err := h.proxyClient(false).Get("https://evil.test/")
+	if err == nil || !strings.Contains(err.Error(), "Method Not Allowed") {
+		t.Errorf("CONNECT to a denied host: %v, want 405", err)
+	}
+}
+
+// TestConnectWithoutInterceptionStays405: with interception off CONNECT is
+// refused as before, with the hint and the target in the line.
+func TestConnectWithoutInterceptionStays405(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true})
+	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, resp); resp.StatusCode != 405 || !strings.Contains(b, "enable HTTPS interception") {
+		t.Errorf("got %d %q", resp.StatusCode, b)
+	}
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		l := h.decisionLines("http")
+		return len(l) == 1 && l[0]["host"] == "api.example.test" && l[0]["port"] == float64(443) && l[0]["decision"] == "denied_connect"
+	}, "CONNECT line naming its target")
+}
+
+// TestConnectTunnelHoldsConnectionPermit: the tunnel keeps its plain
+// connection's max_connections permit until it closes.
+func TestConnectTunnelHoldsConnectionPermit(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, maxConnections: 1, interception: "  enforce_sni_host_match: true\n"})
+	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tls.Dial("tcp", h.addrs.Intercept[0].String(), &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test"}); err == nil {
+		t.Fatal("a second connection was accepted beyond max_connections while the tunnel was open")
+	}
+	tc.Close()
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		c, err := tls.Dial("tcp", h.addrs.Intercept[0].String(), &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test"})
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}, "permit returned after the tunnel closed")
+}
+
+// TestConnectWithCurl runs the real curl with -x against the full server:
+// the explicit-proxy case of the real-clients review (curl printed
+// "CONNECT tunnel failed, response 405").
+func TestConnectWithCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("curl not found; CI must provide it")
+		}
+		t.Skip("curl not installed")
+	}
+	h := start(t, harnessOpts{writeSecret: true, interception: "  enforce_sni_host_match: true\n"})
+	caFile, _ := h.botboxCA.WriteFiles(t, t.TempDir())
+	proxyURL := "http://" + h.addrs.Proxy[0].String()
+	run := func(args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, curl, append([]string{"-sS", "--noproxy", "", "-x", proxyURL, "--cacert", caFile}, args...)...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, proto := range []string{"--http1.1", "--http2"} {
+		out, err := run(proto, "-H", "Authorization: Bearer agent-own", "-w", "\n%{http_code} %{http_version}", "https://api.example.test/v1/models")
+		if err != nil {
+			t.Fatalf("curl %s: %v\n%s", proto, err, out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		want := map[string]string{"--http1.1": "200 1.1", "--http2": "200 2"}[proto]
+		if lines[len(lines)-1] != want {
+			t.Errorf("curl %s: status/version %q, want %q\n%s", proto, lines[len(lines)-1], want, out)
+		}
+		var got map[string]any
+		if err := json.Unmarshal([]byte(lines[0]), &got); err != nil || got["host"] != "api.example.test" {
+			t.Errorf("curl %s: body %q", proto, lines[0])
+		}
+		if a := h.lastSeen().Values("Authorization"); len(a) != 1 || a[0] != "Bearer "+canary {
+			t.Errorf("curl %s: origin got %d Authorization values, want the injected one only", proto, len(a))
+		}
+	}
+	out, err := run("https://evil.test/")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !strings.Contains(out, "405") {
+		t.Errorf("curl to a denied host: %v %q, want CONNECT refused with 405", err, out)
+	}
+}
+
+// TestConnectIdleTunnelHoldsNoRequestPermit: an open tunnel is a
+// connection, not a request in flight: with max_concurrent_requests 1, a
+// request in the tunnel and one on another connection both get through
+// while the tunnel stays open (each request inside takes its own permit).
+func TestConnectIdleTunnelHoldsNoRequestPermit(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, extraYAML: "max_concurrent_requests: 1\n", interception: "  enforce_sni_host_match: true\n"})
+	c := h.proxyClient(false)
+	for i := range 2 {
+		resp, err := c.Get("https://api.example.test/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := body(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("request %d in the tunnel: %d %q", i, resp.StatusCode, b)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://"+h.addrs.Proxy[0].String()+"/", nil)
+		req.Host = "other.example.test"
+		resp, err = (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := body(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("plain request %d beside the open tunnel: %d %q", i, resp.StatusCode, b)
+		}
+	}
+}
