@@ -59,11 +59,9 @@ type exchange struct {
 	upgrade      string // the refused Upgrade offer
 	aborted      bool
 	tunnel       *tunnelConn
-	// lineLater: a CONNECT tunnel outlives its handler and writes the line
-	// itself when it ends (serveConnect); set before that goroutine starts.
-	lineLater bool
-	timerDone bool
-	agentH2   bool // the agent's request came over HTTP/2 (see outboundBody)
+	timerDone    bool
+	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
+	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
 }
 
 // exchangeKey is the context key under which forward stores the exchange
