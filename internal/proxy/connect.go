@@ -199,8 +199,10 @@ func (h *Handler) connectHandshakeFailed(x *exchange, err error) {
 	h.metrics.TLSHandshakes.WithLabelValues(result).Inc()
 	x.reason = reasonConnectHandshake
 	if errors.Is(err, errSNIMismatch) {
+		// A refusal, not a failure of an allowed tunnel: the agent tried to
+		// reach a host other than the one it named in the CONNECT.
 		h.metrics.HostMismatch.Inc()
-		x.reason = reasonSNIHostMismatch
+		x.decision, x.reason = telemetry.DecisionDeniedHostMismatch, reasonSNIHostMismatch
 	}
 	x.errText = err.Error()
 }

@@ -10,11 +10,15 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -395,5 +399,80 @@ func TestConnectTunnelClosedByCloseTunnels(t *testing.T) {
 	}
 	if n := e.handler.openTunnels(); n != 0 {
 		t.Errorf("%d tunnels still registered", n)
+	}
+}
+
+var reBytes = regexp.MustCompile(`"bytes_(in|out)":[0-9]+`)
+
+// TestConnectDecisionLinesGolden holds the log contract of the CONNECT
+// path (docs/troubleshooting.md): the refusals, a tunnel's request lines
+// and its own line, the handshake failures. A CONNECT line's byte counts
+// include TLS records, whose size varies, so they are normalised. Run with
+// -update after an intended change and review the diff.
+func TestConnectDecisionLinesGolden(t *testing.T) {
+	e := newEnv(t, envOpts{connectTLS: true})
+	lines := 0
+	step := func(n int, do func()) {
+		t.Helper()
+		do()
+		lines += n
+		e.waitDecisions(lines)
+	}
+	step(1, func() { e.raw("CONNECT blocked.example.test:443 HTTP/1.1\r\nHost: blocked.example.test:443\r\n\r\n") })
+	step(1, func() { e.raw("CONNECT ports.example.test:8443 HTTP/1.1\r\nHost: ports.example.test:8443\r\n\r\n") })
+	step(3, func() {
+		tc, err := e.tunnelTLS("api.example.test:443", "api.example.test", "http/1.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tc.Close()
+		br := bufio.NewReader(tc)
+		for _, req := range []string{
+			"GET /v1/chat?key=not-logged HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+			"GET /x HTTP/1.1\r\nHost: bare.example.test\r\n\r\n",
+		} {
+			io.WriteString(tc, req)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+	step(1, func() {
+		if tc, err := e.tunnelTLS("api.example.test:443", "bare.example.test", "http/1.1"); err == nil {
+			tc.Close()
+		}
+	})
+	step(1, func() {
+		c, _ := rawConnect(t, e.plain.Listener.Addr().String(), "api.example.test:443")
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+		_, _ = io.Copy(io.Discard, c)
+	})
+
+	var got strings.Builder
+	for line := range strings.Lines(e.logs.String()) {
+		if strings.Contains(line, `"message":"proxy decision"`) {
+			line = normaliseDecision(line)
+			if strings.Contains(line, `"method":"CONNECT"`) {
+				line = reBytes.ReplaceAllString(line, `"bytes_$1":"<N>"`)
+			}
+			got.WriteString(line)
+		}
+	}
+	path := filepath.Join("testdata", "connect.golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s (run go test -update to create it): %v", path, err)
+	}
+	if d := cmp.Diff(string(want), got.String()); d != "" {
+		t.Errorf("%s mismatch (-want +got):\n%s", path, d)
 	}
 }
