@@ -85,7 +85,8 @@ func dialConnect(addr, target string) (net.Conn, *http.Response, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	// Python's http.client writes exactly this (HTTP/1.0, then Host).
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.0\r\nHost: %s\r\n\r\n", target, target)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err == nil && br.Buffered() != 0 {
@@ -239,6 +240,7 @@ func testConnectTunnelJudgesEachRequest(t *testing.T, enforce bool) {
 		{"GET /other HTTP/1.1\r\nHost: bare.example.test\r\n\r\n", 400, reasonSNIHostMismatch},
 		{"GET https://bare.example.test/abs HTTP/1.1\r\nHost: bare.example.test\r\n\r\n", 400, reasonAbsoluteForm},
 		{"GET /again HTTP/1.1\r\nHost: API.example.test.\r\n\r\n", 200, "rule_allow"},
+		{"CONNECT bare.example.test:443 HTTP/1.1\r\nHost: bare.example.test:443\r\n\r\n", 400, reasonAbsoluteForm},
 	}
 	for _, s := range steps {
 		if _, err := io.WriteString(tc, s.req); err != nil {
