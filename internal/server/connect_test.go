@@ -216,3 +216,46 @@ func TestConnectIdleTunnelHoldsNoRequestPermit(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownClosesConnectTunnel: an open CONNECT tunnel (a hijacked
+// connection http.Server's Shutdown does not see) is closed at the drain
+// deadline, and its line says so.
+func TestShutdownClosesConnectTunnel(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, shutdown: 1, interception: "  enforce_sni_host_match: true\n"})
+	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test"})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	h.cancel()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		h.done <- nil // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	_ = tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := tc.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("CONNECT tunnel still open after the drain deadline: %v", err)
+	}
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		for _, l := range h.decisionLines("http") {
+			if l["method"] == "CONNECT" && l["reason"] == "shutdown" {
+				return true
+			}
+		}
+		return false
+	}, "CONNECT line with reason shutdown")
+}
