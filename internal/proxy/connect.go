@@ -21,7 +21,7 @@ import (
 
 // ListenerConnect names, in the decision line, a request served inside a
 // CONNECT tunnel of the plain listener (an agent with HTTPS_PROXY set).
-const ListenerConnect = "connect"
+const ListenerConnect = telemetry.ListenerConnect
 
 // Reasons and hints of the CONNECT path (docs/troubleshooting.md).
 const (

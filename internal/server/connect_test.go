@@ -259,3 +259,86 @@ func TestShutdownClosesConnectTunnel(t *testing.T) {
 		return false
 	}, "CONNECT line with reason shutdown")
 }
+
+// clientEnv is the test process's environment without proxy variables,
+// plus extra.
+func clientEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasSuffix(strings.ToLower(k), "_proxy") || strings.HasPrefix(k, "CURL_") || strings.HasPrefix(k, "SSL_CERT") || k == "REQUESTS_CA_BUNDLE" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// pythonHTTPSProxy fetches argv[2] with Authorization "Bearer agent-own"
+// using urllib or requests (argv[1]), which both take the proxy from
+// HTTPS_PROXY, and prints the status and the body.
+const pythonHTTPSProxy = `
+import sys
+lib, url = sys.argv[1], sys.argv[2]
+hdr = {"Authorization": "Bearer agent-own"}
+if lib == "requests":
+    import requests
+    r = requests.get(url, headers=hdr, timeout=20)
+    print(r.status_code, r.text)
+else:
+    import urllib.request
+    with urllib.request.urlopen(urllib.request.Request(url, headers=hdr), timeout=20) as r:
+        print(r.status, r.read().decode())
+`
+
+// TestConnectWithPython runs Python's urllib and requests with
+// HTTPS_PROXY set to the plain listener (the review's "Tunnel connection
+// failed: 405 Method Not Allowed"): the allowed host answers with the
+// credential injected, a denied host still fails with 405.
+func TestConnectWithPython(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 not found; CI must provide it")
+		}
+		t.Skip("python3 not installed")
+	}
+	h := start(t, harnessOpts{writeSecret: true, interception: "  enforce_sni_host_match: true\n"})
+	caFile, _ := h.botboxCA.WriteFiles(t, t.TempDir())
+	script := t.TempDir() + "/client.py"
+	if err := os.WriteFile(script, []byte(pythonHTTPSProxy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := clientEnv("HTTPS_PROXY=http://"+h.addrs.Proxy[0].String(), "SSL_CERT_FILE="+caFile, "REQUESTS_CA_BUNDLE="+caFile, "NO_PROXY=")
+	run := func(lib, url string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, python, script, lib, url)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, lib := range []string{"urllib", "requests"} {
+		t.Run(lib, func(t *testing.T) {
+			if lib == "requests" {
+				if out, err := exec.Command(python, "-c", "import requests").CombinedOutput(); err != nil {
+					if os.Getenv("CI") != "" {
+						t.Fatalf("python3-requests missing in CI: %s", out)
+					}
+					t.Skipf("python3-requests not installed: %s", out)
+				}
+			}
+			out, err := run(lib, "https://api.example.test/v1/models")
+			if err != nil || !strings.HasPrefix(out, "200 ") || !strings.Contains(out, `"host":"api.example.test"`) {
+				t.Fatalf("%s through HTTPS_PROXY: %v\n%s", lib, err, out)
+			}
+			if a := h.lastSeen().Values("Authorization"); len(a) != 1 || a[0] != "Bearer "+canary {
+				t.Errorf("%s: origin got %d Authorization values, want the injected one only", lib, len(a))
+			}
+			out, err = run(lib, "https://evil.test/")
+			if err == nil || !strings.Contains(out, "405") {
+				t.Errorf("%s to a denied host: %v %q, want the CONNECT refused with 405", lib, err, out)
+			}
+		})
+	}
+}
