@@ -201,7 +201,10 @@ func (h *Handler) connectHandshakeFailed(x *exchange, err error) {
 	if errors.Is(err, errSNIMismatch) {
 		// A refusal, not a failure of an allowed tunnel: the agent tried to
 		// reach a host other than the one it named in the CONNECT.
+		// Counted like every refusal line, so that requests_total still
+		// adds up to the refusal lines.
 		h.metrics.HostMismatch.Inc()
+		h.metrics.Requests.WithLabelValues(telemetry.HostUnknown, telemetry.DecisionDeniedHostMismatch).Inc()
 		x.decision, x.reason = telemetry.DecisionDeniedHostMismatch, reasonSNIHostMismatch
 	}
 	x.errText = err.Error()

@@ -331,7 +331,7 @@ func TestConnectSNIMismatchRefused(t *testing.T) {
 	e.assertOriginUntouched()
 	recs := e.waitDecisions(2)
 	for i, want := range []string{reasonSNIHostMismatch, reasonSNIHostMismatch} {
-		if recs[i]["method"] != "CONNECT" || recs[i]["reason"] != want || recs[i]["level"] != "WARN" || !strings.Contains(fmt.Sprint(recs[i]["error"]), "SNI") {
+		if recs[i]["method"] != "CONNECT" || recs[i]["reason"] != want || recs[i]["decision"] != "denied_host_mismatch" || recs[i]["level"] != "WARN" || !strings.Contains(fmt.Sprint(recs[i]["error"]), "SNI") {
 			t.Errorf("line %d = %v, want reason %s", i, recs[i], want)
 		}
 	}
@@ -340,6 +340,9 @@ func TestConnectSNIMismatchRefused(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(e.metrics.HostMismatch); got != 2 {
 		t.Errorf("host_mismatch_total = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(e.metrics.Requests.WithLabelValues("unknown", "denied_host_mismatch")); got != 2 {
+		t.Errorf("requests_total{unknown,denied_host_mismatch} = %v, want 2 (one per refusal line)", got)
 	}
 }
 
