@@ -49,6 +49,7 @@ type connectSetup struct {
 	handshake  time.Duration
 	readHeader time.Duration
 	idle       time.Duration
+	drain      *tunnelDrain
 }
 
 func newConnectSetup(opts Options) connectSetup {
@@ -58,6 +59,7 @@ func newConnectSetup(opts Options) connectSetup {
 		handshake:  opts.Config.Interception.HandshakeTimeout,
 		readHeader: opts.Config.Timeouts.DownstreamReadHeader,
 		idle:       opts.Config.Timeouts.DownstreamIdle,
+		drain:      &tunnelDrain{servers: map[*http.Server]struct{}{}, hooked: map[*http.Server]bool{}},
 	}
 	if c.handshake <= 0 {
 		c.handshake = defaultConnectHandshake
@@ -145,6 +147,9 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 	// request); its requests take their own.
 	x.lineLater = true
 	x.ctx = context.WithoutCancel(r.Context())
+	if plain, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
+		h.connect.drain.hook(plain)
+	}
 	go h.runTunnel(r, x, t, pinSNI(base, hp.Host))
 }
 
@@ -166,9 +171,73 @@ func (h *Handler) runTunnel(r *http.Request, x *exchange, t *tunnelConn, cfg *tl
 
 	srv := h.tunnelServer()
 	srv.TLSConfig = cfg // offers h2 by ALPN, as on the interception listener
-	// Serve returns once the one connection is closed (by either peer, the
-	// idle timeout or CloseTunnels).
-	_ = srv.Serve(&oneConnListener{conn: tc, closed: nc.closed})
+	h.connect.drain.add(srv)
+	defer h.connect.drain.remove(srv)
+	ln := &oneConnListener{conn: tc, closed: nc.closed, stop: make(chan struct{})}
+	// Serve returns when the connection is closed, or when the server is
+	// shut down (a drain): the tunnel ends with its connection, which the
+	// server closes once idle (CloseTunnels at the deadline otherwise). A
+	// server shut down before Serve never accepted the connection.
+	_ = srv.Serve(ln)
+	if !ln.accepted() {
+		_ = tc.Close()
+	}
+	<-nc.closed
+}
+
+// tunnelDrain ends CONNECT tunnels gracefully when the plain listener's
+// http.Server shuts down: Shutdown does not see hijacked connections, so
+// serveConnect registers drainAll with RegisterOnShutdown (once per
+// server), which shuts down every tunnel's own server: idle keep-alive
+// tunnels close at once, a request in flight finishes first (or is cut by
+// CloseTunnels at the deadline). TestShutdownDrainsIdleConnectTunnel holds
+// it.
+type tunnelDrain struct {
+	mu       sync.Mutex
+	servers  map[*http.Server]struct{}
+	hooked   map[*http.Server]bool
+	draining bool
+}
+
+func (d *tunnelDrain) hook(plain *http.Server) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.hooked[plain] {
+		d.hooked[plain] = true
+		plain.RegisterOnShutdown(d.drainAll)
+	}
+}
+
+// add registers a tunnel's server; during a drain it is shut down at once.
+func (d *tunnelDrain) add(srv *http.Server) {
+	d.mu.Lock()
+	d.servers[srv] = struct{}{}
+	draining := d.draining
+	d.mu.Unlock()
+	if draining {
+		go srv.Shutdown(context.Background())
+	}
+}
+
+func (d *tunnelDrain) remove(srv *http.Server) {
+	d.mu.Lock()
+	delete(d.servers, srv)
+	d.mu.Unlock()
+}
+
+// drainAll shuts down every tunnel's server. Each Shutdown returns once its
+// connection is closed, at the latest when CloseTunnels closes it.
+func (d *tunnelDrain) drainAll() {
+	d.mu.Lock()
+	d.draining = true
+	open := make([]*http.Server, 0, len(d.servers))
+	for srv := range d.servers {
+		open = append(open, srv)
+	}
+	d.mu.Unlock()
+	for _, srv := range open {
+		go srv.Shutdown(context.Background())
+	}
 }
 
 // tunnelServer is the HTTP server of one tunnel's decrypted stream.
@@ -273,13 +342,23 @@ func (c *notifyConn) Close() error {
 }
 
 // oneConnListener hands one connection to an http.Server, then blocks
-// Accept until that connection is closed, so that Serve returns when the
-// tunnel ends.
+// Accept until that connection is closed or the listener is (Shutdown
+// closes it, and waits for Serve to return before closing idle
+// connections).
 type oneConnListener struct {
-	mu     sync.Mutex
-	conn   net.Conn // nil once accepted
-	closed chan struct{}
-	addr   net.Addr
+	mu       sync.Mutex
+	conn     net.Conn // nil once accepted
+	closed   chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	addr     net.Addr
+}
+
+// accepted reports whether Accept handed the connection out.
+func (l *oneConnListener) accepted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn == nil
 }
 
 func (l *oneConnListener) Accept() (net.Conn, error) {
@@ -293,12 +372,18 @@ func (l *oneConnListener) Accept() (net.Conn, error) {
 	if c != nil {
 		return c, nil
 	}
-	<-l.closed
+	select {
+	case <-l.closed:
+	case <-l.stop:
+	}
 	return nil, net.ErrClosed
 }
 
-// Close is a no-op: the listener ends with its connection.
-func (l *oneConnListener) Close() error { return nil }
+// Close ends Accept; the connection is not affected.
+func (l *oneConnListener) Close() error {
+	l.stopOnce.Do(func() { close(l.stop) })
+	return nil
+}
 
 func (l *oneConnListener) Addr() net.Addr {
 	l.mu.Lock()

@@ -342,3 +342,52 @@ func TestConnectWithPython(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownDrainsIdleConnectTunnel: at drain start an idle keep-alive
+// CONNECT tunnel is closed at once, like an idle plain connection, rather
+// than at the drain deadline (30 s here; the test waits at most 10 s).
+func TestShutdownDrainsIdleConnectTunnel(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, shutdown: 30, interception: "  enforce_sni_host_match: true\n"})
+	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test", NextProtos: []string{"http/1.1"}})
+	br := bufio.NewReader(tc)
+	fmt.Fprint(tc, "GET /v1/models HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, resp); resp.StatusCode != 200 {
+		t.Fatalf("request in the tunnel: %d %q", resp.StatusCode, b)
+	}
+	h.cancel()
+	_ = tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("idle CONNECT tunnel not closed at drain start: %v", err)
+	}
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		h.done <- nil // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still draining with only an idle tunnel open")
+	}
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		for _, l := range h.decisionLines("http") {
+			if l["method"] == "CONNECT" && l["reason"] == "connect_tunnel" {
+				return true
+			}
+		}
+		return false
+	}, "CONNECT line closed by the drain (reason connect_tunnel, not shutdown)")
+}
