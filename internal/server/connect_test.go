@@ -391,3 +391,52 @@ func TestShutdownDrainsIdleConnectTunnel(t *testing.T) {
 		return false
 	}, "CONNECT line closed by the drain (reason connect_tunnel, not shutdown)")
 }
+
+// TestShutdownLetsTunnelRequestFinish: a request in flight in a CONNECT
+// tunnel when the drain starts completes, then the tunnel closes.
+func TestShutdownLetsTunnelRequestFinish(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, shutdown: 30, interception: "  enforce_sni_host_match: true\n"})
+	arrived, release := make(chan struct{}), make(chan struct{})
+	h.origin.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release
+		fmt.Fprint(w, "finished")
+	})
+	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test", NextProtos: []string{"http/1.1"}})
+	fmt.Fprint(tc, "GET /slow HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	<-arrived
+	h.cancel()
+	eventually.Eventually(t, 5*time.Second, h.srv.draining.Load, "drain started")
+	close(release)
+	br := bufio.NewReader(tc)
+	_ = tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the request in flight did not complete: %v", err)
+	}
+	if b := body(t, resp); resp.StatusCode != 200 || b != "finished" {
+		t.Errorf("request in flight: %d %q", resp.StatusCode, b)
+	}
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("tunnel not closed after its last request during the drain: %v", err)
+	}
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		h.done <- nil // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return")
+	}
+}
