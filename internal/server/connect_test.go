@@ -31,8 +31,8 @@ func (h *harness) proxyClient(h2 bool) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// connectLines returns the decision lines of requests served in tunnels.
-func (h *harness) decisionLines(listener string) []map[string]any {
+// linesOn returns the decision lines of one listener.
+func (h *harness) linesOn(listener string) []map[string]any {
 	var out []map[string]any
 	for _, r := range h.logs.Find("proxy decision") {
 		if r["listener"] == listener {
@@ -71,10 +71,10 @@ func TestConnectInterceptedEndToEnd(t *testing.T) {
 		}
 		c.CloseIdleConnections()
 	}
-	eventually.Eventually(t, 5*time.Second, func() bool { return len(h.decisionLines("connect")) == 2 }, "two tunnel request lines")
+	eventually.Eventually(t, 5*time.Second, func() bool { return len(h.linesOn("connect")) == 2 }, "two tunnel request lines")
 	eventually.Eventually(t, 5*time.Second, func() bool {
 		n := 0
-		for _, l := range h.decisionLines("http") {
+		for _, l := range h.linesOn("http") {
 			if l["method"] == "CONNECT" && l["reason"] == "connect_tunnel" && l["host"] == "api.example.test" && l["port"] == float64(443) {
 				n++
 			}
@@ -106,7 +106,7 @@ func TestConnectWithoutInterceptionStays405(t *testing.T) {
 		t.Errorf("got %d %q", resp.StatusCode, b)
 	}
 	eventually.Eventually(t, 5*time.Second, func() bool {
-		l := h.decisionLines("http")
+		l := h.linesOn("http")
 		return len(l) == 1 && l[0]["host"] == "api.example.test" && l[0]["port"] == float64(443) && l[0]["decision"] == "denied_connect"
 	}, "CONNECT line naming its target")
 }
@@ -251,7 +251,7 @@ func TestShutdownClosesConnectTunnel(t *testing.T) {
 		t.Fatalf("CONNECT tunnel still open after the drain deadline: %v", err)
 	}
 	eventually.Eventually(t, 5*time.Second, func() bool {
-		for _, l := range h.decisionLines("http") {
+		for _, l := range h.linesOn("http") {
 			if l["method"] == "CONNECT" && l["reason"] == "shutdown" {
 				return true
 			}
@@ -383,7 +383,7 @@ func TestShutdownDrainsIdleConnectTunnel(t *testing.T) {
 		t.Fatal("Run still draining with only an idle tunnel open")
 	}
 	eventually.Eventually(t, 5*time.Second, func() bool {
-		for _, l := range h.decisionLines("http") {
+		for _, l := range h.linesOn("http") {
 			if l["method"] == "CONNECT" && l["reason"] == "connect_tunnel" {
 				return true
 			}
@@ -439,4 +439,24 @@ func TestShutdownLetsTunnelRequestFinish(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return")
 	}
+}
+
+// TestConnectOverPriorKnowledgeH2: a CONNECT stream on a prior-knowledge
+// HTTP/2 connection to the plain listener cannot become a tunnel: 405 with
+// a hint, the target in the line, even with interception on.
+func TestConnectOverPriorKnowledgeH2(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, interception: "  enforce_sni_host_match: true\n"})
+	c := h.priorKnowledgeClient(t)
+	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Host: "api.example.test:443"}, Host: "api.example.test:443", Header: http.Header{}}
+	resp, err := c.Transport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := body(t, resp); resp.StatusCode != 405 || !strings.Contains(b, "send CONNECT over HTTP/1.1") {
+		t.Errorf("got %d %q", resp.StatusCode, b)
+	}
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		l := h.linesOn("http")
+		return len(l) == 1 && l[0]["host"] == "api.example.test" && l[0]["port"] == float64(443) && l[0]["decision"] == "denied_connect"
+	}, "CONNECT line naming its target")
 }
