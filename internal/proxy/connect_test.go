@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/botbox/botbox/internal/testutil/wsecho"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -479,5 +480,30 @@ func TestConnectDecisionLinesGolden(t *testing.T) {
 	}
 	if d := cmp.Diff(string(want), got.String()); d != "" {
 		t.Errorf("%s mismatch (-want +got):\n%s", path, d)
+	}
+}
+
+// TestConnectTunnelCarriesWebSocket: a WebSocket upgrade inside a CONNECT
+// tunnel (wss:// with HTTPS_PROXY) is judged and tunnelled like one on the
+// interception listener, and both tunnels are logged when they end.
+func TestConnectTunnelCarriesWebSocket(t *testing.T) {
+	e := newEnv(t, envOpts{connectTLS: true})
+	e.originMux.HandleFunc("/ws", wsecho.Handler(nil))
+	tc, err := e.tunnelTLS("api.example.test:443", "api.example.test", "http/1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wsecho.RoundTrip(t, tc, "api.example.test", "/ws", "")
+	tc.Close()
+	recs := e.waitDecisions(2)
+	inner, outer := decisionsBy(recs, ListenerConnect), decisionsBy(recs, ListenerHTTP)
+	if len(inner) != 1 || inner[0]["status"] != float64(http.StatusSwitchingProtocols) || inner[0]["decision"] != "allow" {
+		t.Errorf("WebSocket line = %v", inner)
+	}
+	if len(outer) != 1 || outer[0]["reason"] != reasonConnectTunnel {
+		t.Errorf("CONNECT line = %v", outer)
+	}
+	if n := e.handler.openTunnels(); n != 0 {
+		t.Errorf("%d tunnels still registered", n)
 	}
 }
