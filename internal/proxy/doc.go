@@ -16,7 +16,11 @@
 // WARN; an upgrade tunnel (WebSocket, the only upgrade forwarded) is logged
 // when it closes, with the bytes of both directions; free-form fields are
 // bounded and repeated identical denials on one connection are aggregated,
-// so the audited agent cannot flood the trail. Every response BotBox writes
+// so the audited agent cannot flood the trail. A CONNECT on the plain
+// listener (an agent with HTTPS_PROXY) becomes a tunnel only with
+// interception (Options.ConnectTLS): BotBox ends TLS inside it for the
+// CONNECT host and runs the interception pipeline on each request in it
+// (connect.go); otherwise it is 405. Every response BotBox writes
 // itself names its reason in the X-Botbox-Reason header. The reasons are
 // documented for users in docs/troubleshooting.md.
 //

@@ -63,6 +63,7 @@ type exchange struct {
 	tunnel       *tunnelConn
 	timerDone    bool
 	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
+	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
 }
 
 // exchangeKey is the context key under which forward stores the exchange
@@ -171,6 +172,14 @@ func (x *exchange) level(status int) slog.Level {
 // also while ReverseProxy unwinds with http.ErrAbortHandler after a body
 // error, and then reports that error (TestTruncatedBodyLoggedAsError).
 func (h *Handler) logDecision(r *http.Request, x *exchange) {
+	if x.lineLater {
+		return
+	}
+	h.writeDecision(r, x)
+}
+
+// writeDecision is logDecision without the CONNECT tunnel's deferral.
+func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	status := x.cw.status
 	if status == 0 {
 		status = x.status

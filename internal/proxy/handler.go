@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,6 +62,19 @@ type Options struct {
 	// Now is the clock of durations and of the repeated-denial window
 	// (default time.Now). Tunnel idle timeouts use the runtime's timers.
 	Now func() time.Time
+	// ConnectTLS turns on CONNECT interception on the plain listener (an
+	// agent with HTTPS_PROXY set): it returns a fresh TLS server
+	// configuration that issues a leaf per SNI (package mitm's
+	// Interceptor.TLSConfig, wired by package server), which the tunnel
+	// restricts to the CONNECT host. Nil, or a nil result, keeps every
+	// CONNECT at 405 (see serveConnect).
+	ConnectTLS func() *tls.Config
+	// ConnectServer, if set, returns the HTTP server that serves the
+	// decrypted stream of one CONNECT tunnel with the handler it is given
+	// (package server passes its interception listener's settings: timeouts,
+	// HTTP/2 stream cap, request budget, write deadlines). Nil: a server with
+	// Config's downstream timeouts. Its TLSConfig is set by the tunnel.
+	ConnectServer func(http.Handler) *http.Server
 }
 
 // Handler is the request pipeline shared by both listeners.
@@ -74,6 +88,7 @@ type Handler struct {
 	tunnelIdle time.Duration
 	tunnels    tunnelSet
 	repeats    *repeatLog
+	connect    connectSetup
 }
 
 // defaultTunnelIdle applies when Options.Config has no tunnel idle timeout
@@ -99,6 +114,7 @@ func New(opts Options) (*Handler, error) {
 		logger:     opts.Logger,
 		now:        opts.Now,
 		tunnelIdle: opts.Config.Timeouts.TunnelIdle,
+		connect:    newConnectSetup(opts),
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -141,11 +157,9 @@ func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 	defer h.logDecision(r, x)
 
 	if r.Method == http.MethodConnect {
-		// A CONNECT tunnel would carry bytes BotBox cannot inspect or inject
-		// into. The target is logged so that the operator sees what the
-		// agent tried to reach.
-		x.setHostGiven(r.Host)
-		h.reject(x, http.StatusMethodNotAllowed, bodyConnect+"\n"+hintConnect+"\n", telemetry.DecisionDeniedConnect, reasonConnect)
+		// Served only with interception (TLS ended inside the tunnel);
+		// otherwise 405 naming the target. See serveConnect.
+		h.serveConnect(w, r, x)
 		return
 	}
 	if r.RequestURI == "*" || (r.URL.Host == "" && !strings.HasPrefix(r.RequestURI, "/")) ||
@@ -180,7 +194,14 @@ func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) serveIntercepted(w http.ResponseWriter, r *http.Request) {
-	x := h.newExchange(ListenerHTTPS, w, r)
+	h.serveTLS(ListenerHTTPS, w, r)
+}
+
+// serveTLS is the pipeline of a request on a connection whose TLS BotBox
+// ended: the interception listener's, and a CONNECT tunnel's (listener
+// ListenerConnect), where the SNI/Host match is always enforced.
+func (h *Handler) serveTLS(listener string, w http.ResponseWriter, r *http.Request) {
+	x := h.newExchange(listener, w, r)
 	defer h.logDecision(r, x)
 
 	// Reference §3.2 step 4, in order.
@@ -205,7 +226,7 @@ func (h *Handler) serveIntercepted(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := h.gen.Load()
-	if g.Interception.EnforceSNIHostMatch {
+	if g.Interception.EnforceSNIHostMatch || listener == ListenerConnect {
 		sni := ""
 		if r.TLS != nil {
 			sni = r.TLS.ServerName

@@ -92,6 +92,7 @@ type envOpts struct {
 	extraConfig    string           // top-level YAML lines added to testConfig
 	now            func() time.Time // the handler's clock (default time.Now)
 	guard          upstream.Guard   // the transport's dial guard (default none)
+	connectTLS     bool             // serve CONNECT with leaves from the test CA (connect_test.go)
 }
 
 func newEnv(t *testing.T, o envOpts) *testEnv {
@@ -159,7 +160,11 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.metrics = telemetry.NewMetrics()
-	e.handler, err = New(Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now})
+	opts := Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now}
+	if o.connectTLS {
+		opts.ConnectTLS = e.connectTLS()
+	}
+	e.handler, err = New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

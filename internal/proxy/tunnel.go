@@ -77,7 +77,8 @@ type tunnelSet struct {
 	m  map[*tunnelConn]struct{}
 }
 
-// CloseTunnels closes every open upgrade tunnel (WebSocket). http.Server's
+// CloseTunnels closes every open tunnel: upgrade tunnels (WebSocket) and
+// CONNECT tunnels, whose requests in flight then fail. http.Server's
 // Shutdown neither waits for nor closes hijacked connections, so the server
 // calls this at its shutdown deadline. Each tunnel's decision line is
 // written as its handler returns, with reason "shutdown". Safe for
@@ -94,6 +95,8 @@ func (h *Handler) CloseTunnels() {
 	}
 }
 
+// open registers c; idle > 0 arms the idle timeout, 0 leaves it to the
+// caller (a CONNECT tunnel's own HTTP server).
 func (s *tunnelSet) open(c net.Conn, idle time.Duration) *tunnelConn {
 	t := &tunnelConn{Conn: c, set: s, idle: idle, born: time.Now()}
 	s.mu.Lock()
@@ -102,9 +105,11 @@ func (s *tunnelSet) open(c net.Conn, idle time.Duration) *tunnelConn {
 	}
 	s.m[t] = struct{}{}
 	s.mu.Unlock()
-	t.mu.Lock()
-	t.timer = time.AfterFunc(idle, t.checkIdle)
-	t.mu.Unlock()
+	if idle > 0 {
+		t.mu.Lock()
+		t.timer = time.AfterFunc(idle, t.checkIdle)
+		t.mu.Unlock()
+	}
 	return t
 }
 
@@ -190,7 +195,9 @@ func (t *tunnelConn) Close() error {
 	t.once.Do(func() {
 		t.mu.Lock()
 		t.closed = true
-		t.timer.Stop()
+		if t.timer != nil {
+			t.timer.Stop()
+		}
 		t.mu.Unlock()
 		t.set.remove(t)
 		err = t.Conn.Close()

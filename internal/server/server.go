@@ -17,6 +17,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -195,6 +196,19 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Transport:  tr,
 		Metrics:    s.metrics,
 		Logger:     telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
+		// CONNECT on the plain listener is intercepted when interception
+		// is on; s.interceptor is set below, before anything is served.
+		ConnectTLS: func() *tls.Config {
+			if s.interceptor == nil {
+				return nil
+			}
+			return s.interceptor.TLSConfig()
+		},
+		// A tunnel's requests get the interception listener's server
+		// settings and request budget.
+		ConnectServer: func(h http.Handler) *http.Server {
+			return s.newHTTPServer(s.guard(telemetry.ListenerHTTPS, h))
+		},
 	})
 	if err != nil {
 		return nil, err

@@ -16,7 +16,7 @@ const (
 	KeyUpstreamStatus  = "upstream_status"
 	KeyError           = "error"
 
-	KeyListener     = "listener" // "http" or "https"
+	KeyListener     = "listener" // "http", "https" or "connect"
 	KeyPort         = "port"
 	KeyRule         = "rule"
 	KeyReason       = "reason"

@@ -12,6 +12,11 @@ const (
 	ListenerAdmin = "admin"
 )
 
+// ListenerConnect is the decision line's listener value of a request
+// served inside a CONNECT tunnel of the plain listener (never a metric
+// label: the tunnel's requests count under ListenerHTTPS).
+const ListenerConnect = "connect"
+
 // Values of the decision and reason fields of the line logged for a request
 // net/http refused before any handler ran.
 const (
