@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
@@ -224,6 +225,9 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 		listener = "HTTPS interception listener"
 	}
 	fmt.Fprintf(w, "listener: %s (%s)\n", res.listener, listener)
+	if e.cfg.Policy.Mode == config.ModeReport {
+		fmt.Fprintln(w, "mode:     report (egress_policy.mode: what the policy denies is FORWARDED without header rewrites and logged as report_deny)")
+	}
 	if host := str(telemetry.KeyHost); host != "" {
 		fmt.Fprintf(w, "host:     %s\n", host)
 	}
@@ -238,6 +242,8 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 	forwarded := e.rt.out != nil && res.status == http.StatusOK
 	decision := str(telemetry.KeyDecision)
 	switch {
+	case forwarded && decision == telemetry.DecisionReportDeny:
+		fmt.Fprintln(w, "decision: report_deny (enforce mode would refuse it; report mode forwards it without header rewrites)")
 	case forwarded:
 		fmt.Fprintln(w, "decision: allow")
 	case decision == telemetry.DecisionAllow:
@@ -264,12 +270,17 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 			fmt.Fprintln(w, "ports:    443 only (allowed_ports not set)")
 		}
 		e.printRoute(w, rule, res.line[telemetry.KeyRoute])
+		printLimits(w, rule)
 	} else if decision == telemetry.DecisionAllow {
 		fmt.Fprintln(w, "rule:     none (default_action: allow; no header rewrites)")
 	}
 	if forwarded {
 		fmt.Fprintf(w, "upstream: %s\n", e.rt.out.URL.String())
-		e.printHeaders(w, rule)
+		if decision == telemetry.DecisionReportDeny {
+			fmt.Fprintln(w, "headers:  none injected (report mode never rewrites a request the policy denies)")
+		} else {
+			e.printHeaders(w, rule)
+		}
 	}
 	if decision == telemetry.DecisionAllow && !forwarded && rule != nil {
 		for _, rw := range rule.HeaderRewrites {
@@ -322,6 +333,20 @@ func (e *explainer) printRoute(w io.Writer, rule *config.Rule, idx any) {
 		paths = strings.Join(rt.Paths, ", ")
 	}
 	fmt.Fprintf(w, "route:    egress_policy.rules[%d].routes[%d] (methods %s; paths %s; action %s)\n", rule.Index, int(i), methods, paths, rt.Action)
+}
+
+// printLimits names the rule's limits that are set (issue 11 point 8):
+// they apply to every request the rule allows, whichever route decided.
+func printLimits(w io.Writer, rule *config.Rule) {
+	if rule.MaxRequestBodyBytes > 0 {
+		fmt.Fprintf(w, "limit:    max_request_body_bytes %d (a larger body gets 413 and is never forwarded whole)\n", rule.MaxRequestBodyBytes)
+	}
+	if rl := rule.RateLimit; rl != nil {
+		fmt.Fprintf(w, "limit:    rate_limit %s requests/s, burst %d (per rule; over it: 429 with Retry-After)\n", strconv.FormatFloat(rl.RequestsPerSecond, 'g', -1, 64), rl.Burst)
+	}
+	if rule.ResponseHeaderTimeout > 0 {
+		fmt.Fprintf(w, "limit:    response_header_timeout_ms %d (overrides upstream_response_header_timeout_ms; no response head in time: 504)\n", rule.ResponseHeaderTimeout.Milliseconds())
+	}
 }
 
 // rule returns the configured rule for a canonical host, nil if none.

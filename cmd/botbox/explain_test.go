@@ -190,3 +190,66 @@ func TestExplainNeverReadsSecretValues(t *testing.T) {
 		t.Errorf("unreadable secret file: exit %d, want 0 (presence only)\n%s", code, out)
 	}
 }
+
+// TestExplainLimitsAndReportMode: explain names the limits of the rule that
+// decided (only those set) and says when the policy is in report mode; in
+// report mode a request enforce would deny is shown as report_deny,
+// forwarded without any injected header (issue 11 point 8).
+func TestExplainLimitsAndReportMode(t *testing.T) {
+	sec := secretsWith(t, map[string]string{"openai-api-key": "sk-real\n"})
+	limited := `    - host: uploads.example.com
+      action: allow
+      max_request_body_bytes: 1048576
+      rate_limit: { requests_per_second: 2.5, burst: 10 }
+      response_header_timeout_ms: 900000
+      header_rewrites:
+        - name: X-Key
+          value: "{value}"
+          secret_ref: openai-api-key
+`
+	enforce := explainConfig(t, sec, limited)
+	withMode := strings.Replace(exampleConfig, "/nonexistent", sec, 1) + limited
+	withMode = strings.Replace(withMode, "egress_policy:\n", "egress_policy:\n  mode: report\n", 1)
+	report := writeFile(t, t.TempDir(), "config.yaml", withMode)
+	limitLines := []string{
+		"limit:    max_request_body_bytes 1048576 (a larger body gets 413",
+		"limit:    rate_limit 2.5 requests/s, burst 10 (per rule; over it: 429",
+		"limit:    response_header_timeout_ms 900000 (overrides upstream_response_header_timeout_ms",
+	}
+	tests := []struct {
+		name     string
+		cfg      string
+		url      string
+		want     []string
+		wantNot  []string
+		wantCode int
+	}{
+		{"limits named", enforce, "http://uploads.example.com/x",
+			append([]string{"decision: allow", "rules[3] (host uploads.example.com", `header:   X-Key (replaces any client value; from secret "openai-api-key")`}, limitLines...),
+			[]string{"mode:"}, 0},
+		{"no limits set", enforce, "http://api.openai.com/v1", []string{"decision: allow"}, []string{"limit:", "mode:"}, 0},
+		{"report mode allowed", report, "http://uploads.example.com/x",
+			append([]string{"mode:     report (", "decision: allow", "header:   X-Key"}, limitLines...), nil, 0},
+		{"report mode would deny", report, "http://evil.test/",
+			[]string{"mode:     report (", "decision: report_deny (enforce mode would refuse it", "reason:   default_deny", "upstream: https://evil.test/", "headers:  none injected (report mode"},
+			[]string{"decision: allow"}, 0},
+		{"report mode rule deny", report, "http://blocked.example.com/",
+			[]string{"mode:     report (", "decision: report_deny", "reason:   rule_deny", "headers:  none injected (report mode"}, []string{"decision: allow"}, 0},
+	}
+	for _, tt := range tests {
+		code, out, errOut := runArgs(t, nil, "explain", "-c", tt.cfg, tt.url)
+		if code != tt.wantCode {
+			t.Errorf("%s: exit %d, want %d\n%s%s", tt.name, code, tt.wantCode, out, errOut)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", tt.name, w, out)
+			}
+		}
+		for _, w := range tt.wantNot {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: output has %q:\n%s", tt.name, w, out)
+			}
+		}
+	}
+}

@@ -6,7 +6,10 @@
 //
 //	/metrics  200, Prometheus exposition of the given Gatherer, in the format
 //	          promhttp negotiates (text/plain; version=0.0.4 by default)
-//	/healthz  200 "ok" when ready() reports true, else 503 "not ready"
+//	/healthz  200 "ok" when ready() reports true, else 503 "not ready";
+//	          with WithReadyNote, a 200 whose note is not empty says
+//	          "ok (NOTE)" — the body still starts with "ok" and the status
+//	          alone is the contract (probes, `botbox probe`, the probe MAC)
 //	/readyz   the same as /healthz
 //	anything  404 "not found"
 //
@@ -51,7 +54,20 @@ const (
 type handler struct {
 	metrics  http.Handler
 	ready    func() bool
+	note     func() string
 	probeKey []byte
+}
+
+// Option configures NewHandler.
+type Option func(*handler)
+
+// WithReadyNote makes a ready probe answer "ok (NOTE)" whenever note()
+// returns a non-empty string, so that a state an operator must not miss
+// (report mode) is visible wherever readiness is looked at. note is called
+// once per ready probe and must be safe for concurrent use; it never
+// changes the status code (TestHandlerReadyNote).
+func WithReadyNote(note func() string) Option {
+	return func(h *handler) { h.note = note }
 }
 
 var _ http.Handler = (*handler)(nil)
@@ -60,15 +76,19 @@ var _ http.Handler = (*handler)(nil)
 // on /healthz and /readyz. ready is called once per probe and must be safe
 // for concurrent use; nil means always ready. probeKey (nil = none) signs
 // the answers to probes that send a nonce.
-func NewHandler(reg prometheus.Gatherer, ready func() bool, probeKey []byte) http.Handler {
+func NewHandler(reg prometheus.Gatherer, ready func() bool, probeKey []byte, opts ...Option) http.Handler {
 	if ready == nil {
 		ready = func() bool { return true }
 	}
-	return &handler{
+	h := &handler{
 		metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		ready:    ready,
 		probeKey: probeKey,
 	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
 // ServeHTTP implements http.Handler.
@@ -98,7 +118,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.ready() {
-		writeText(w, http.StatusOK, bodyOK)
+		body := bodyOK
+		if h.note != nil {
+			if n := h.note(); n != "" {
+				body += " (" + n + ")"
+			}
+		}
+		writeText(w, http.StatusOK, body)
 		return
 	}
 	writeText(w, http.StatusServiceUnavailable, bodyNotReady)

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -123,5 +124,56 @@ func TestHandlerNilReady(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	if rec.Code != 200 || rec.Body.String() != "ok" {
 		t.Errorf("GET /readyz with nil ready = %d %q, want 200 \"ok\"", rec.Code, rec.Body.String())
+	}
+}
+
+// TestHandlerReadyNote: WithReadyNote appends a non-empty note to the 200
+// body of both probe paths, read on every probe; the status codes, the 503
+// body and the probe MAC (status and path only) are unchanged.
+func TestHandlerReadyNote(t *testing.T) {
+	key, err := NewProbeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready atomic.Bool
+	var note atomic.Value
+	note.Store("")
+	srv := httptest.NewServer(NewHandler(prometheus.NewRegistry(), ready.Load, key, WithReadyNote(func() string { return note.Load().(string) })))
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		name     string
+		path     string
+		ready    bool
+		note     string
+		wantCode int
+		wantBody string
+	}{
+		{"no note", "/healthz", true, "", 200, "ok"},
+		{"note healthz", "/healthz", true, "policy in REPORT mode", 200, "ok (policy in REPORT mode)"},
+		{"note readyz", "/readyz", true, "policy in REPORT mode", 200, "ok (policy in REPORT mode)"},
+		{"note cleared", "/healthz", true, "", 200, "ok"},
+		{"not ready ignores note", "/healthz", false, "policy in REPORT mode", 503, "not ready"},
+	}
+	for i, tt := range tests {
+		ready.Store(tt.ready)
+		note.Store(tt.note)
+		nonce := fmt.Sprintf("nonce-%d", i)
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+tt.path, nil)
+		req.Header.Set(ProbeNonceHeader, nonce)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != tt.wantCode || string(b) != tt.wantBody {
+			t.Errorf("%s: %d %q, want %d %q", tt.name, resp.StatusCode, b, tt.wantCode, tt.wantBody)
+		}
+		if !VerifyProbe(key, nonce, tt.path, tt.wantCode, resp.Header.Get(ProbeAuthHeader)) {
+			t.Errorf("%s: probe MAC does not verify", tt.name)
+		}
 	}
 }

@@ -408,3 +408,25 @@ func TestReloadAppliesLogLevel(t *testing.T) {
 		t.Errorf("level after reload = %v, want ERROR", lv.Level())
 	}
 }
+
+// TestHealthzSaysReportMode: /healthz keeps its 200 and says report mode is
+// on while the generation in force is in report mode; a reload to report
+// and back to enforce changes the body each time (issue 11 point 5).
+func TestHealthzSaysReportMode(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, configFile: true})
+	h.waitHealth(http.StatusOK)
+	if code, b := h.health(); code != http.StatusOK || b != "ok" {
+		t.Fatalf("enforce: /healthz = %d %q, want 200 \"ok\"", code, b)
+	}
+	h.reloadWith("", "  mode: report\n")
+	if code, b := h.health(); code != http.StatusOK || b != "ok ("+noteReportMode+")" {
+		t.Errorf("report: /healthz = %d %q, want 200 %q", code, b, "ok ("+noteReportMode+")")
+	}
+	h.writeConfig(h.yaml)
+	if err := h.srv.Reload(TriggerSIGHUP); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if code, b := h.health(); code != http.StatusOK || b != "ok" {
+		t.Errorf("back to enforce: /healthz = %d %q, want 200 \"ok\"", code, b)
+	}
+}

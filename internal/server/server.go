@@ -383,7 +383,7 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 	}
 	pool := listener.NewIdlePool(adminMaxConnections, s.dropOptions(telemetry.ListenerAdmin, "admin port connection budget full, closing the longest-idle connection"))
 	servers = append(servers, &namedServer{name: "metrics", lns: []net.Listener{pool.Listener(metricsLn)}, srv: &http.Server{
-		Handler:           admin.NewHandler(s.metrics.Registry, s.Ready, s.probeKey),
+		Handler:           admin.NewHandler(s.metrics.Registry, s.Ready, s.probeKey, admin.WithReadyNote(s.readyNote)),
 		ReadHeaderTimeout: adminReadHeaderTimeout,
 		ReadTimeout:       adminReadTimeout,
 		WriteTimeout:      adminWriteTimeout,

@@ -35,6 +35,9 @@ type clientScript struct {
 	// check, when set, is a command that must succeed for the client to
 	// be usable (e.g. the Python module is installed).
 	check []string
+	// setup, when set, prepares what the client's trust needs (run as
+	// root before the client, e.g. the JVM's PKCS12 trust store).
+	setup func(t *testing.T, p *pod)
 }
 
 // clientResult is one line of a client script's output.
@@ -43,6 +46,8 @@ type clientResult struct {
 	Status int    `json:"status"`
 	Body   string `json:"body"`
 	Error  string `json:"error"`
+	// Version is the HTTP version the client spoke, when it tells (Java).
+	Version string `json:"version"`
 }
 
 const pythonClient = `import json, sys
@@ -93,6 +98,80 @@ function get(url) {
 })();
 `
 
+// javaClient uses java.net.http.HttpClient with its DEFAULT settings: it
+// prefers HTTP/2, so every http:// request carries "Upgrade: h2c" and
+// HTTP2-Settings, which BotBox must drop and answer over HTTP/1.1 (issue
+// 10 point 3). Run in source-file mode (java Client.java, no javac step);
+// the JVM trust store given by JAVA_TOOL_OPTIONS is the trust.
+const javaClient = `import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.time.Duration;
+
+public class Client {
+    static String q(String s) {
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : s.toCharArray()) {
+            if (c == '"' || c == '\\') {
+                b.append('\\').append(c);
+            } else if (c < 0x20) {
+                b.append(String.format("\\u%04x", (int) c));
+            } else {
+                b.append(c);
+            }
+        }
+        return b.append('"').toString();
+    }
+
+    public static void main(String[] args) {
+        HttpClient client = HttpClient.newHttpClient(); // defaults: HTTP/2 preferred
+        for (String url : args) {
+            int status = 0;
+            String body = "", error = "", version = "";
+            try {
+                HttpRequest req = HttpRequest.newBuilder(URI.create(url))
+                    .header("Authorization", "Bearer app-own")
+                    .timeout(Duration.ofSeconds(10))
+                    .GET().build();
+                HttpResponse<String> r = client.send(req, HttpResponse.BodyHandlers.ofString());
+                status = r.statusCode();
+                body = r.body();
+                version = r.version().toString();
+            } catch (Exception e) {
+                error = e.toString();
+            }
+            System.out.println("{\"url\":" + q(url) + ",\"status\":" + status + ",\"body\":" + q(body)
+                + ",\"error\":" + q(error) + ",\"version\":" + q(version) + "}");
+        }
+    }
+}
+`
+
+// javaTrustStore is the PKCS12 trust store of BotBox's CA that the JVM is
+// given (JAVA_TOOL_OPTIONS in trustEnv), next to the PEM file.
+func (p *pod) javaTrustStore() string { return p.botboxCA + ".p12" }
+
+// writeJavaTrustStore imports BotBox's CA into javaTrustStore with keytool
+// (part of every JRE), readable by the app.
+func writeJavaTrustStore(t *testing.T, p *pod) {
+	t.Helper()
+	keytool, err := lookPathIn("keytool", appPATH)
+	if err != nil {
+		t.Fatalf("keytool (shipped with the JRE) is not on %s: %v", appPATH, err)
+	}
+	store := p.javaTrustStore()
+	_ = os.Remove(store)
+	out, err := exec.Command(keytool, "-importcert", "-noprompt", "-storetype", "PKCS12", "-keystore", store,
+		"-storepass", "changeit", "-alias", "botbox-ca", "-file", p.botboxCA).CombinedOutput()
+	if err != nil {
+		t.Fatalf("keytool -importcert: %v: %s", err, out)
+	}
+	if err := os.Chmod(store, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func clientScripts() []clientScript {
 	return []clientScript{
 		{name: "curl", need: "curl", // CURL_CA_BUNDLE is the trust
@@ -106,6 +185,12 @@ func clientScripts() []clientScript {
 			check: []string{"python3", "-c", "import requests"}},
 		{name: "node", ext: ".js", src: nodeClient, need: "node",
 			argv: func(s string) []string { return []string{"node", s} }},
+		{name: "java-httpclient", ext: ".java", src: javaClient, need: "java", setup: writeJavaTrustStore,
+			// Serial GC, C1 only and no perf data file: a faster JVM start
+			// and nothing written to the app's /tmp.
+			argv: func(s string) []string {
+				return []string{"java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData", s}
+			}},
 	}
 }
 
@@ -147,6 +232,10 @@ func (p *pod) trustEnv() []string {
 		"SSL_CERT_FILE=" + p.botboxCA,
 		"REQUESTS_CA_BUNDLE=" + p.botboxCA,
 		"NODE_EXTRA_CA_CERTS=" + p.botboxCA,
+		// The JVM reads no PEM variable: its trust store is a system
+		// property, which a manifest sets through JAVA_TOOL_OPTIONS.
+		"JAVA_TOOL_OPTIONS=-Djavax.net.ssl.trustStore=" + p.javaTrustStore() +
+			" -Djavax.net.ssl.trustStoreType=PKCS12 -Djavax.net.ssl.trustStorePassword=changeit",
 	}
 }
 
@@ -168,6 +257,9 @@ func (p *pod) runClient(t *testing.T, c clientScript, urls ...string) []clientRe
 			res = append(res, r)
 		}
 		return res
+	}
+	if c.setup != nil {
+		c.setup(t, p)
 	}
 	script := filepath.Join(p.dir, "client-"+c.name+c.ext)
 	writeFile(t, script, []byte(c.src), 0o644)
@@ -191,7 +283,9 @@ func (p *pod) runClient(t *testing.T, c clientScript, urls ...string) []clientRe
 }
 
 // TestClientCompatibility runs the clients agents are built on — curl,
-// Python's urllib and requests, Node's http/https — as the app through the
+// Python's urllib and requests, Node's http/https, Java's HttpClient with
+// its default settings (an h2c offer on every http:// request) — as the
+// app through the
 // transparent redirect (issue 10, "Proof required"). Each, with its own
 // bogus Authorization header and the trust a manifest gives it: an http://
 // request to the allowed host reaches the origin with the credential
@@ -205,7 +299,7 @@ func TestClientCompatibility(t *testing.T) {
 		if why := clientMissing(c); why != "" {
 			// CI must prove every client, never skip one.
 			if os.Getenv("CI") != "" {
-				t.Fatalf("client %s missing in CI (.ci/run installs curl, python3-requests and nodejs): %s", c.name, why)
+				t.Fatalf("client %s missing in CI (.ci/run installs curl, python3-requests, nodejs and default-jre-headless): %s", c.name, why)
 			}
 			missing[c.name] = why
 		}
@@ -238,6 +332,20 @@ func TestClientCompatibility(t *testing.T) {
 				if !ev.TLS || ev.Port != 443 || ev.Host != hostAPI || !slices.Equal(ev.Header["Authorization"], injected) {
 					t.Errorf("origin saw %s as tls=%v port=%d host=%q Authorization=%q, want TLS 443 %s with the injected key only",
 						path, ev.TLS, ev.Port, ev.Host, ev.Header["Authorization"], hostAPI)
+				}
+			}
+			if c.name == "java-httpclient" {
+				// HttpClient offered h2c on the http:// request: BotBox
+				// dropped the offer, answered over HTTP/1.1 and forwarded
+				// neither the Upgrade nor its HTTP2-Settings.
+				if res[0].Version != "HTTP_1_1" {
+					t.Errorf("%s: answered over %q, want HTTP_1_1 (the h2c offer dropped)", res[0].URL, res[0].Version)
+				}
+				ev := p.httpEvent(t, mark, base+"/http")
+				for _, h := range []string{"Upgrade", "Http2-Settings"} {
+					if v, ok := ev.Header[h]; ok {
+						t.Errorf("origin saw %s: %q on %s", h, v, base+"/http")
+					}
 				}
 			}
 			// The allowed requests are the barrier: the origin records in

@@ -12,8 +12,8 @@
 // The tests need root, ip, iptables/ip6tables and setpriv: they skip (with
 // the reason) when those are missing, and fail when the CI environment
 // variable is set. TestClientCompatibility also needs curl, python3 with
-// requests and node on the pod's PATH (.ci/run installs them), with the same
-// rule. docs/containment.md maps each threat to the test that proves it.
+// requests, node and java with keytool on the pod's PATH (.ci/run installs
+// them), with the same rule. docs/containment.md maps each threat to the test that proves it.
 //
 // The package has no non-test code besides this comment; the helper programs
 // are cmd/e2e-origin and cmd/e2e-client, sharing their JSON in internal/wire.
