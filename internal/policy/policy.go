@@ -429,7 +429,10 @@ func (p *Policy) match(h string) *Rule {
 	if len(p.wild) > 0 {
 		for i := strings.IndexByte(h, '.'); i >= 0; {
 			suffix := h[i+1:]
-			if r := p.wild[suffix]; r != nil {
+			// i > 0: a wildcard needs a non-empty label before its suffix
+			// (".example.com" is not under *.example.com), even for a raw,
+			// hand-built target (FuzzDecide, testdata/fuzz/FuzzDecide).
+			if r := p.wild[suffix]; r != nil && i > 0 {
 				return r
 			}
 			j := strings.IndexByte(suffix, '.')
