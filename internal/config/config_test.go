@@ -154,13 +154,14 @@ func TestDefaults(t *testing.T) {
 	t.Parallel()
 	c := mustParse(t, minimal)
 	want := &Config{
-		ListenAddr:       netip.MustParseAddr("127.0.0.1"),
-		ListenPort:       8080,
-		MetricsPort:      9090,
-		SecretsDir:       "/var/run/secrets/botbox",
-		MaxConnections:   1024,
-		AllowNonLoopback: false,
-		Policy:           Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{}},
+		ListenAddr:        netip.MustParseAddr("127.0.0.1"),
+		ListenPort:        8080,
+		MetricsPort:       9090,
+		MetricsListenAddr: netip.MustParseAddr("127.0.0.1"),
+		SecretsDir:        "/var/run/secrets/botbox",
+		MaxConnections:    1024,
+		AllowNonLoopback:  false,
+		Policy:            Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{}},
 
 		MaxConcurrentRequests:     1024,
 		HTTP2MaxConcurrentStreams: 100,
@@ -192,6 +193,33 @@ func TestDefaults(t *testing.T) {
 	}
 	if d := cmp.Diff(want, c, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+}
+
+// TestMetricsListenAddr: metrics_listen_addr takes any IP literal
+// (loopback, unspecified, a Pod address, IPv6) without allow_non_loopback
+// and without a warning, since the admin port serves no proxy; anything
+// else is an error naming the key.
+func TestMetricsListenAddr(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"127.0.0.1", "127.0.0.1"},
+		{"0.0.0.0", "0.0.0.0"},
+		{`"::"`, "::"},
+		{"10.1.2.3", "10.1.2.3"},
+		{`"fd00::7"`, "fd00::7"},
+	} {
+		c := mustParse(t, "metrics_listen_addr: "+tc.in+"\n"+minimal)
+		if got := c.MetricsListenAddr.String(); got != tc.want {
+			t.Errorf("metrics_listen_addr %s: got %s, want %s", tc.in, got, tc.want)
+		}
+		if len(c.Warnings) != 0 {
+			t.Errorf("metrics_listen_addr %s: unexpected warnings %v", tc.in, c.Warnings)
+		}
+	}
+	for _, in := range []string{"localhost", `"fe80::1%eth0"`, `""`, "10.1.2.3:9090"} {
+		got := parseErr(t, "metrics_listen_addr: "+in+"\n"+minimal)
+		wantContains(t, got, "line 1: metrics_listen_addr: must be an IP literal")
 	}
 }
 

@@ -11,12 +11,13 @@ import (
 // The eff* structs give the rendering order of Effective: the reference's
 // keys first, then the additions, then the two blocks.
 type effConfig struct {
-	ListenAddr       string `yaml:"listen_addr,omitempty"`
-	ListenPort       uint16 `yaml:"listen_port"`
-	MetricsPort      uint16 `yaml:"metrics_port"`
-	SecretsDir       string `yaml:"secrets_dir"`
-	MaxConnections   int    `yaml:"max_connections"`
-	AllowNonLoopback bool   `yaml:"allow_non_loopback"`
+	ListenAddr        string `yaml:"listen_addr,omitempty"`
+	ListenPort        uint16 `yaml:"listen_port"`
+	MetricsPort       uint16 `yaml:"metrics_port"`
+	MetricsListenAddr string `yaml:"metrics_listen_addr"`
+	SecretsDir        string `yaml:"secrets_dir"`
+	MaxConnections    int    `yaml:"max_connections"`
+	AllowNonLoopback  bool   `yaml:"allow_non_loopback"`
 
 	LogLevel       string `yaml:"log_level"`
 	UpstreamCAFile string `yaml:"upstream_ca_file"`
@@ -106,13 +107,14 @@ const listenAddrComment = "listen_addr not set: 127.0.0.1, and also ::1 when the
 // shown.
 func (c *Config) Effective() ([]byte, error) {
 	e := effConfig{
-		ListenPort:       c.ListenPort,
-		MetricsPort:      c.MetricsPort,
-		SecretsDir:       c.SecretsDir,
-		MaxConnections:   c.MaxConnections,
-		AllowNonLoopback: c.AllowNonLoopback,
-		LogLevel:         levelName(c.LogLevel),
-		UpstreamCAFile:   c.UpstreamCAFile,
+		ListenPort:        c.ListenPort,
+		MetricsPort:       c.MetricsPort,
+		MetricsListenAddr: c.MetricsListenAddr.String(),
+		SecretsDir:        c.SecretsDir,
+		MaxConnections:    c.MaxConnections,
+		AllowNonLoopback:  c.AllowNonLoopback,
+		LogLevel:          levelName(c.LogLevel),
+		UpstreamCAFile:    c.UpstreamCAFile,
 
 		UpstreamConnectTimeoutMS:        c.Timeouts.UpstreamConnect.Milliseconds(),
 		UpstreamResponseHeaderTimeoutMS: c.Timeouts.UpstreamResponseHeader.Milliseconds(),

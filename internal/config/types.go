@@ -19,8 +19,15 @@ type Config struct {
 	ListenAddrExplicit bool
 	// ListenPort is the plain HTTP proxy port (default 8080).
 	ListenPort uint16
-	// MetricsPort is the loopback-only metrics/health port (default 9090).
+	// MetricsPort is the metrics/health port (default 9090).
 	MetricsPort uint16
+	// MetricsListenAddr is the address the metrics/health listener binds
+	// (default 127.0.0.1, the reference's). When it is neither loopback nor
+	// unspecified (0.0.0.0, ::), BotBox also listens on 127.0.0.1 at
+	// MetricsPort, so exec probes on loopback keep working. The admin port
+	// serves only /metrics, /healthz and /readyz (package admin), so a
+	// non-loopback address needs no allow_non_loopback.
+	MetricsListenAddr netip.Addr
 	// SecretsDir is the watched secret directory (default /var/run/secrets/botbox).
 	SecretsDir string
 	// MaxConnections bounds concurrent downstream connections across every

@@ -19,12 +19,14 @@ import (
 // Defaults. The reference's values where it has the key or hard-codes the
 // behaviour; docs/config.md lists them.
 const (
-	defaultListenAddr     = "127.0.0.1"
-	defaultListenPort     = 8080
-	defaultMetricsPort    = 9090
-	defaultSecretsDir     = "/var/run/secrets/botbox"
-	defaultMaxConnections = 1024
-	defaultLogLevel       = "info"
+	defaultListenAddr  = "127.0.0.1"
+	defaultListenPort  = 8080
+	defaultMetricsPort = 9090
+	// defaultMetricsListenAddr is the reference's fixed metrics address.
+	defaultMetricsListenAddr = "127.0.0.1"
+	defaultSecretsDir        = "/var/run/secrets/botbox"
+	defaultMaxConnections    = 1024
+	defaultLogLevel          = "info"
 
 	defaultUpstreamConnectTimeoutMS        = 10000
 	defaultUpstreamResponseHeaderTimeoutMS = 600_000 // 10 min, the LLM SDKs' own request timeout (the reference: 30 s)
@@ -157,6 +159,9 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 	}
 	cfg.ListenPort = c.port("listen_port", w.ListenPort, defaultListenPort)
 	cfg.MetricsPort = c.port("metrics_port", w.MetricsPort, defaultMetricsPort)
+	if a, ok := c.ipLiteral("metrics_listen_addr", str(w.MetricsListenAddr, defaultMetricsListenAddr)); ok {
+		cfg.MetricsListenAddr = a
+	}
 	if cfg.ListenPort == cfg.MetricsPort && portOK(w.ListenPort) && portOK(w.MetricsPort) {
 		if w.MetricsPort != nil {
 			c.errorf("metrics_port", "metrics_port %d collides with listen_port %d", cfg.MetricsPort, cfg.ListenPort)

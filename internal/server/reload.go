@@ -37,6 +37,7 @@ var restartKeys = []struct {
 	{"listen_addr", func(c *config.Config) any { return [2]any{c.ListenAddr, c.ListenAddrExplicit} }},
 	{"listen_port", func(c *config.Config) any { return c.ListenPort }},
 	{"metrics_port", func(c *config.Config) any { return c.MetricsPort }},
+	{"metrics_listen_addr", func(c *config.Config) any { return c.MetricsListenAddr }},
 	{"secrets_dir", func(c *config.Config) any { return c.SecretsDir }},
 	{"max_connections", func(c *config.Config) any { return c.MaxConnections }},
 	{"max_concurrent_requests", func(c *config.Config) any { return c.MaxConcurrentRequests }},

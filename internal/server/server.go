@@ -26,7 +26,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -93,6 +92,9 @@ type Addrs struct {
 	Proxy     []net.Addr
 	Intercept []net.Addr
 	Metrics   net.Addr
+	// MetricsLoopback is the extra 127.0.0.1 admin listener bound when
+	// metrics_listen_addr does not cover 127.0.0.1 itself (nil otherwise).
+	MetricsLoopback net.Addr
 }
 
 // Server is one BotBox process.
@@ -304,6 +306,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		s.logger.Info("starting HTTPS interception TLS listener", slog.String(telemetry.KeyAddr, a.String()))
 	}
 	s.logger.Info("metrics server listening", slog.String(telemetry.KeyAddr, s.addrs.Metrics.String()))
+	if s.addrs.MetricsLoopback != nil {
+		s.logger.Info("metrics server listening for loopback probes", slog.String(telemetry.KeyAddr, s.addrs.MetricsLoopback.String()))
+	}
 
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	watchDone := make(chan struct{})
@@ -377,12 +382,12 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 			closeAll(servers)
 		}
 	}()
-	metricsLn, err := s.opts.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(cfg.MetricsPort))))
+	metricsLns, err := s.bindMetrics()
 	if err != nil {
-		return nil, nil, fmt.Errorf("binding metrics server on 127.0.0.1:%d: %w", cfg.MetricsPort, err)
+		return nil, nil, err
 	}
 	pool := listener.NewIdlePool(adminMaxConnections, s.dropOptions(telemetry.ListenerAdmin, "admin port connection budget full, closing the longest-idle connection"))
-	servers = append(servers, &namedServer{name: "metrics", lns: []net.Listener{pool.Listener(metricsLn)}, srv: &http.Server{
+	adminSrv := &namedServer{name: "metrics", srv: &http.Server{
 		Handler:           admin.NewHandler(s.metrics.Registry, s.Ready, s.probeKey, admin.WithReadyNote(s.readyNote)),
 		ReadHeaderTimeout: adminReadHeaderTimeout,
 		ReadTimeout:       adminReadTimeout,
@@ -391,8 +396,15 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 		MaxHeaderBytes:    adminMaxHeaderBytes,
 		ConnState:         pool.ConnState,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
-	}})
-	s.addrs.Metrics = metricsLn.Addr()
+	}}
+	for _, ln := range metricsLns {
+		adminSrv.lns = append(adminSrv.lns, pool.Listener(ln))
+	}
+	servers = append(servers, adminSrv)
+	s.addrs.Metrics = metricsLns[0].Addr()
+	if len(metricsLns) > 1 {
+		s.addrs.MetricsLoopback = metricsLns[1].Addr()
+	}
 
 	limit = listener.NewConnLimit(cfg.MaxConnections)
 	proxyLns, err := s.bindAll(cfg.ListenAddr, cfg.ListenAddrExplicit, cfg.ListenPort)
@@ -550,6 +562,41 @@ func (s *Server) bindAll(addr netip.Addr, explicit bool, port uint16) ([]net.Lis
 		return nil, fmt.Errorf("binding %s: %w", v6, err)
 	}
 	return append(lns, ln6), nil
+}
+
+// bindMetrics binds the admin port on metrics_listen_addr and, unless that
+// address already covers it (127.0.0.1 itself, or the wildcard 0.0.0.0 /
+// "::", which Go binds dual-stack), on 127.0.0.1 too: exec probes
+// (`botbox probe http://127.0.0.1:PORT/healthz`) then work whatever the
+// scrape address is (TestMetricsListenAddr). An unset address (a Config not
+// made by config.Parse) means 127.0.0.1, never a wider bind. Both listeners
+// share one port number, so a probe needs only the port.
+func (s *Server) bindMetrics() ([]net.Listener, error) {
+	loopback := netip.MustParseAddr("127.0.0.1")
+	addr := s.cfg.MetricsListenAddr
+	if !addr.IsValid() {
+		addr = loopback
+	}
+	first := netip.AddrPortFrom(addr, s.cfg.MetricsPort)
+	ln, err := s.opts.Listen("tcp", first.String())
+	if err != nil {
+		return nil, fmt.Errorf("binding metrics server on %s (metrics_listen_addr, metrics_port): %w", first, err)
+	}
+	lns := []net.Listener{ln}
+	if addr == loopback || addr.IsUnspecified() {
+		return lns, nil
+	}
+	port := s.cfg.MetricsPort
+	if p := ln.Addr().(*net.TCPAddr).Port; p != int(port) {
+		port = uint16(p) // ephemeral port (tests): the same number on loopback
+	}
+	lo := netip.AddrPortFrom(loopback, port)
+	ln2, err := s.opts.Listen("tcp", lo.String())
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("binding metrics server on %s for loopback probes (metrics_listen_addr is %s): %w", lo, addr, err)
+	}
+	return append(lns, ln2), nil
 }
 
 // mitmObserver adapts the Prometheus metrics to mitm's observer interface.
