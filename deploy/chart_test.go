@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -909,5 +910,40 @@ func TestChartInvariantsCatch(t *testing.T) {
 				t.Errorf("got %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// heredoc matches `cat > NAME <<'EOF'` or `kubectl ... apply -f - <<'EOF'`
+// blocks in a shell example.
+var heredoc = regexp.MustCompile(`(?s)<<'EOF'\n(.*?)\nEOF\n`)
+
+// TestKubernetesDocExamples: the config.yaml that docs/kubernetes.md has
+// the reader create parses with BotBox's parser without warnings and with
+// the admin port scrapable, and its agent Deployment decodes strictly and
+// runs as neither root nor the exempt UID.
+func TestKubernetesDocExamples(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../docs/kubernetes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := heredoc.FindAllStringSubmatch(string(data), -1)
+	if len(blocks) != 2 {
+		t.Fatalf("found %d heredoc examples, want 2 (config.yaml and the agent Deployment)", len(blocks))
+	}
+	cfg, err := config.Parse([]byte(blocks[0][1]))
+	if err != nil {
+		t.Fatalf("config.yaml example: %v", err)
+	}
+	if len(cfg.Warnings) > 0 || cfg.MetricsListenAddr.IsLoopback() || !cfg.Interception.Enabled {
+		t.Errorf("config.yaml example: warnings %v, metrics_listen_addr %s, interception %v", cfg.Warnings, cfg.MetricsListenAddr, cfg.Interception.Enabled)
+	}
+	var d appsv1.Deployment
+	if err := decodeStrict([]byte(blocks[1][1]), &d); err != nil {
+		t.Fatalf("agent Deployment example: %v", err)
+	}
+	psc := d.Spec.Template.Spec.SecurityContext
+	if psc == nil || psc.RunAsUser == nil || *psc.RunAsUser == 0 || *psc.RunAsUser == exemptUID {
+		t.Error("agent Deployment example: the Pod must set a UID that is neither root nor 1337")
 	}
 }
