@@ -107,6 +107,8 @@ type podConfig struct {
 	// icmp6 makes the origin record ICMPv6 destination-unreachable and
 	// echo-request messages (e2e-origin -icmp6).
 	icmp6 bool
+	// extraConfig is appended to the top level of BotBox's config.
+	extraConfig string
 }
 
 // pod is one "pod" namespace and its "net" namespace, with everything
@@ -340,6 +342,7 @@ func (p *pod) writeConfig(t *testing.T) {
 	fmt.Fprintf(&b, "secrets_reload_debounce_ms: %d\n", debounce.Milliseconds())
 	fmt.Fprintf(&b, "upstream_ca_file: %q\n", p.originCA)
 	fmt.Fprintf(&b, "upstream_connect_timeout_ms: 3000\nupstream_response_header_timeout_ms: 5000\n")
+	b.WriteString(p.cfg.extraConfig)
 	action := "deny"
 	if p.cfg.defaultAllow {
 		action = "allow"
