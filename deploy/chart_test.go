@@ -24,6 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 )
 
 // The chart under test and the Helm that renders it. .ci/run pins the same
@@ -121,25 +123,6 @@ type certManagerCertificate struct {
 	} `json:"spec"`
 }
 
-// podMonitor is the part of the Prometheus Operator's PodMonitor
-// (monitoring.coreos.com/v1) the chart uses, decoded strictly.
-type podMonitor struct {
-	metav1.TypeMeta `json:",inline"`
-	Metadata        metav1.ObjectMeta `json:"metadata"`
-	Spec            struct {
-		NamespaceSelector struct {
-			Any bool `json:"any,omitempty"`
-		} `json:"namespaceSelector"`
-		Selector            metav1.LabelSelector `json:"selector"`
-		PodMetricsEndpoints []struct {
-			PortNumber int32  `json:"portNumber"`
-			Path       string `json:"path"`
-			Scheme     string `json:"scheme"`
-			Interval   string `json:"interval"`
-		} `json:"podMetricsEndpoints"`
-	} `json:"spec"`
-}
-
 // chartRender is every object of one `helm template`, decoded.
 type chartRender struct {
 	ServiceAccounts []*corev1.ServiceAccount
@@ -152,7 +135,7 @@ type chartRender struct {
 	Validating      []*admissionv1.ValidatingWebhookConfiguration
 	Issuers         []*certManagerIssuer
 	Certificates    []*certManagerCertificate
-	PodMonitors     []*podMonitor
+	PodMonitors     []*monitoringv1.PodMonitor
 }
 
 func (r *chartRender) decodeDocument(doc []byte) error {
@@ -788,7 +771,11 @@ func checkPodMonitor(r *chartRender) error {
 			errs = append(errs, errors.New("PodMonitor must scrape /metrics"))
 			continue
 		}
-		port := pm.Spec.PodMetricsEndpoints[0].PortNumber
+		if pm.Spec.PodMetricsEndpoints[0].PortNumber == nil {
+			errs = append(errs, errors.New("PodMonitor must scrape a port number (the sidecar declares no named port)"))
+			continue
+		}
+		port := *pm.Spec.PodMetricsEndpoints[0].PortNumber
 		for _, cm := range r.ConfigMaps {
 			if cfg, err := config.Parse([]byte(cm.Data["config.yaml"])); err == nil && int32(cfg.MetricsPort) != port {
 				errs = append(errs, fmt.Errorf("PodMonitor scrapes port %d, the default policy's metrics_port is %d", port, cfg.MetricsPort))
@@ -883,7 +870,10 @@ func TestChartInvariantsCatch(t *testing.T) {
 			r.ConfigMaps[0].Data["config.yaml"] = strings.Replace(r.ConfigMaps[0].Data["config.yaml"], `metrics_listen_addr: "0.0.0.0"`, "", 1)
 		}},
 		{"policy other name", "is not the injected --config-map", false, func(r *chartRender) { r.ConfigMaps[0].Name = "other" }},
-		{"podmonitor port", "PodMonitor scrapes port", false, func(r *chartRender) { r.PodMonitors[0].Spec.PodMetricsEndpoints[0].PortNumber = 8080 }},
+		{"podmonitor port", "PodMonitor scrapes port", false, func(r *chartRender) {
+			p := int32(8080)
+			r.PodMonitors[0].Spec.PodMetricsEndpoints[0].PortNumber = &p
+		}},
 		{"podmonitor any pod", "selector must not be empty", false, func(r *chartRender) { r.PodMonitors[0].Spec.Selector = metav1.LabelSelector{} }},
 		{"no cainjector", "inject-ca-from", true, func(r *chartRender) { delete(r.Validating[0].Annotations, "cert-manager.io/inject-ca-from") }},
 		{"leaf for another host", "want a leaf for", true, func(r *chartRender) {
