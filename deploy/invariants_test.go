@@ -627,7 +627,7 @@ func checkProbes(v *podView) error {
 				continue
 			}
 			if what, ok := loopback[*port]; ok {
-				errs = append(errs, fmt.Errorf("container %q: %s probe targets port %d (%s), which is loopback-only: the kubelet probes the Pod IP; use exec", c.Name, kind, *port, what))
+				errs = append(errs, fmt.Errorf("container %q: %s probe targets port %d (%s), which is loopback-only by default (metrics_listen_addr) and answers unauthenticated elsewhere: the kubelet probes the Pod IP; use exec with botbox probe", c.Name, kind, *port, what))
 			}
 		}
 	}
