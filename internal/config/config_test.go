@@ -173,7 +173,8 @@ func TestDefaults(t *testing.T) {
 			CertCacheTTL:        3600 * time.Second,
 			HandshakeTimeout:    5 * time.Second,
 		},
-		LogLevel: slog.LevelInfo,
+		Placeholders: Placeholders{Dir: "/var/run/botbox/placeholders"},
+		LogLevel:     slog.LevelInfo,
 		Timeouts: Timeouts{
 			UpstreamConnect:        10 * time.Second,
 			UpstreamResponseHeader: 10 * time.Minute,
