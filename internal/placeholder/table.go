@@ -120,6 +120,18 @@ func spellings(p string) []spelling {
 	return out
 }
 
+// MaxLen is the length of the longest spelling Find looks for: a scan
+// over a stream keeps MaxLen-1 bytes across reads.
+func (t *Table) MaxLen() int {
+	n := 0
+	if t != nil {
+		for _, p := range t.patterns {
+			n = max(n, len(p.s))
+		}
+	}
+	return n
+}
+
 // Entries returns the table's placeholders (the caller must not modify
 // them), sorted by secret_ref, the current one first.
 func (t *Table) Entries() []Entry {
@@ -189,14 +201,17 @@ func (t *Table) Find(b []byte, allowed Allowed) (ref string, form Form, found bo
 	return "", "", false
 }
 
-// FindHeader is Find over every header name and value of h.
+// FindHeader is Find over every header value of h, and over every header
+// name as InspectName (names are case-insensitive, and canonicalised).
 func (t *Table) FindHeader(h http.Header, allowed Allowed) (ref string, form Form, found bool) {
 	if t.Len() == 0 {
 		return "", "", false
 	}
 	for k, vs := range h {
-		if ref, form, found = t.FindString(k, allowed); found {
-			return ref, form, true
+		if len(k) >= t.minLen {
+			if ref, found = t.InspectName(k); found && (allowed == nil || !allowed(ref)) {
+				return ref, FormLiteral, true
+			}
 		}
 		for _, v := range vs {
 			if ref, form, found = t.FindString(v, allowed); found {
@@ -264,6 +279,8 @@ type Lookup interface {
 type SwapError struct {
 	Ref    string
 	Reason string
+	// Missing is true when the secret is not in the snapshot.
+	Missing bool
 }
 
 func (e *SwapError) Error() string {
@@ -287,7 +304,7 @@ func (t *Table) swaps(refs []string, lookup Lookup, encode func(string) string) 
 			v, ok = lookup.Lookup(e.Ref)
 		}
 		if !ok {
-			return swap{}, &SwapError{Ref: e.Ref, Reason: "secret not found"}
+			return swap{}, &SwapError{Ref: e.Ref, Reason: "secret not found", Missing: true}
 		}
 		val := string(v.Reveal())
 		sw.old = append(sw.old, e.Placeholder)

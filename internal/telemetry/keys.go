@@ -58,3 +58,11 @@ const (
 	KeyGeneration = "generation" // the policy generation in force after a reload
 	KeyKeys       = "keys"       // config keys that changed but need a restart
 )
+
+// Keys of the tripwire line (the decision line of a request that carried a
+// placeholder towards a host that may not receive its secret).
+const (
+	KeyEvent    = "event"    // EventSecretTripwire
+	KeyFoundIn  = "found_in" // FoundInHost, FoundInURL, FoundInHeader or FoundInBody
+	KeyEncoding = "encoding" // the placeholder's spelling: literal, percent_encoded, json_escaped, base64
+)
