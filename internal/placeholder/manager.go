@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/botbox/botbox/internal/secretref"
+	"github.com/botbox/botbox/internal/telemetry"
 )
 
 // File names in the directory besides the per-secret_ref files.
@@ -51,6 +52,7 @@ type Manager struct {
 	table atomic.Pointer[Table]
 
 	mu      sync.Mutex          // serialises Update
+	refs    []string            // the refs of the last Update
 	written map[string]string   // file name → content this process wrote
 	retired map[string][]string // ref → earlier placeholders, newest first
 	current map[string]string   // ref → current placeholder
@@ -168,7 +170,20 @@ func (m *Manager) InspectName(name string) (secretRef string, found bool) {
 func (m *Manager) Update(refs []string, lookup Lookup) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.update(refs, lookup)
+}
+
+// Refresh is Update with the refs of the last Update: what a secret
+// rotation calls.
+func (m *Manager) Refresh(lookup Lookup) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.update(m.refs, lookup)
+}
+
+func (m *Manager) update(refs []string, lookup Lookup) error {
 	refs = slices.Compact(slices.Sorted(slices.Values(refs)))
+	m.refs = refs
 	next := map[string]string{}
 	for _, ref := range refs {
 		if !secretref.Valid(ref) || ref == EnvFile {
@@ -185,7 +200,7 @@ func (m *Manager) Update(refs []string, lookup Lookup) error {
 		if err != nil {
 			if m.warned[ref] != err.Error() {
 				m.warned[ref] = err.Error()
-				m.log.Warn("secret gets no placeholder", slog.String("secret_ref", ref), slog.String("error", err.Error()))
+				m.log.Warn("secret gets no placeholder", slog.String(telemetry.KeySecretRef, ref), slog.String(telemetry.KeyError, err.Error()))
 			}
 			continue
 		}
