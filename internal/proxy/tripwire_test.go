@@ -354,18 +354,6 @@ func TestPlaceholderSwap(t *testing.T) {
 	}
 }
 
-// TestPlaceholderSwapMissingSecretFailsClosed: a placeholder whose secret
-// is missing is never forwarded (500, as a missing header_rewrites secret).
-func TestPlaceholderSwapMissingSecretFailsClosed(t *testing.T) {
-	o := envOpts{placeholders: staticTable{placeholder.NewTable([]placeholder.Entry{{Ref: "absent-key", Placeholder: phOther, Current: true}})}}
-	e := newEnv(t, o)
-	_, body := e.get("nosecret.example.test", "/v1?k="+phOther, nil)
-	if body != bodySecretMissing {
-		t.Fatalf("body %q, want %q", body, bodySecretMissing)
-	}
-	e.assertOriginUntouched()
-}
-
 // TestTripwireOffWithoutPlaceholders: no Options.Placeholders, no scan.
 func TestTripwireOffWithoutPlaceholders(t *testing.T) {
 	e := newEnv(t, envOpts{})
