@@ -362,3 +362,26 @@ func TestTripwireOffWithoutPlaceholders(t *testing.T) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 }
+
+// BenchmarkServePlainPlaceholders is BenchmarkServePlain with placeholders
+// off, on (two placeholders, a request carrying none: the full head scan)
+// and on with the request's own placeholder to swap (docs/performance.md,
+// "Placeholders").
+func BenchmarkServePlainPlaceholders(b *testing.B) {
+	for _, v := range []struct {
+		name string
+		src  PlaceholderSource
+		hdr  string
+	}{
+		{"ph=off", nil, ""},
+		{"ph=on", testPlaceholders(), ""},
+		{"ph=on,swap", testPlaceholders(), "X-Api-Key: " + phAPI + "\r\n"},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			h := newBenchHandler(b, cannedTransport{}, 8443, "")
+			h.placeholders = v.src
+			raw := strings.Replace(fmt.Sprintf(benchReq, "api.example.test"), "\r\n\r\n", "\r\n"+v.hdr+"\r\n", 1)
+			serveLoop(b, h.Plain(), parsedRequest(b, raw))
+		})
+	}
+}
