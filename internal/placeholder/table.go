@@ -259,13 +259,34 @@ func (t *Table) InspectName(name string) (secretRef string, found bool) {
 	if t == nil {
 		return "", false
 	}
-	lower := strings.ToLower(name)
 	for _, e := range t.entries {
-		if len(e.Placeholder) <= len(lower) && strings.Contains(lower, strings.ToLower(e.Placeholder)) {
+		if containsFold(name, e.Placeholder) {
 			return e.Ref, true
 		}
 	}
 	return "", false
+}
+
+// containsFold reports whether sub is in s under ASCII case folding,
+// without allocating (names and placeholders are short).
+func containsFold(s, sub string) bool {
+	if len(sub) == 0 || len(sub) > len(s) {
+		return len(sub) == 0
+	}
+	first := lowerASCII(sub[0])
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if lowerASCII(s[i]) == first && strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func lowerASCII(b byte) byte {
+	if b >= 'A' && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
 }
 
 // Lookup resolves a secret_ref to its value (*secrets.Snapshot).

@@ -207,3 +207,53 @@ func FuzzFind(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkFindRequestHead is the tripwire's per-request cost on a typical
+// clean request head (an SDK's headers, a query) with two placeholders in
+// the table (docs/performance.md, "Placeholders").
+func BenchmarkFindRequestHead(b *testing.B) {
+	t := &testing.T{}
+	tab, _, _ := testTable(t)
+	h := http.Header{
+		"Authorization":    {"Bearer client-junk"},
+		"User-Agent":       {"OpenAI/Python 1.54.0"},
+		"Accept":           {"application/json"},
+		"Content-Type":     {"application/json"},
+		"X-Stainless-Os":   {"Linux"},
+		"X-Stainless-Arch": {"x64"},
+		"Openai-Beta":      {"assistants=v2"},
+	}
+	u, _ := url.ParseRequestURI("/v1/chat/completions?stream=true")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, found := tab.FindHeader(h, nil); found {
+			b.Fatal("found")
+		}
+		if _, _, found := tab.FindURL(u, nil); found {
+			b.Fatal("found")
+		}
+		if _, found := tab.InspectName("api.openai.com"); found {
+			b.Fatal("found")
+		}
+	}
+}
+
+// FuzzContainsFold holds containsFold to strings.Contains over lower-cased
+// ASCII text.
+func FuzzContainsFold(f *testing.F) {
+	f.Add("X-Sk-Proj-Abc.example", "sk-proj-abc")
+	f.Add("", "a")
+	f.Add("ab", "")
+	f.Fuzz(func(t *testing.T, s, sub string) {
+		for _, x := range []string{s, sub} {
+			for i := 0; i < len(x); i++ {
+				if x[i] >= 0x80 {
+					return // the reference below is ASCII-only
+				}
+			}
+		}
+		if got, want := containsFold(s, sub), strings.Contains(strings.ToLower(s), strings.ToLower(sub)); got != want {
+			t.Fatalf("containsFold(%q, %q) = %v, want %v", s, sub, got, want)
+		}
+	})
+}
