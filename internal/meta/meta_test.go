@@ -76,14 +76,14 @@ var allowedInternal = map[string][]string{
 	"volwatch":    {},
 	"generation":  {"config", "policy", "rewrite"},
 	"policy":      {"config", "hostport", "reqpath"},
-	"rewrite":     {"config", "echo", "secrets"}, // secrets only for the Value type
-	"placeholder": {"secretref", "secrets"},      // secrets only for the Value type
+	"rewrite":     {"config", "echo", "secrets"},         // secrets only for the Value type
+	"placeholder": {"secretref", "secrets", "telemetry"}, // secrets only for the Value type; telemetry for log keys
 	"upstream":    {},
 	"mitm":        {"echo", "hostport"},
 	"netfilter":   {},
 	"listener":    {"telemetry"},
-	"proxy":       {"config", "generation", "hostport", "policy", "rewrite", "secrets", "telemetry", "upstream"},
-	"server":      {"admin", "config", "generation", "hostport", "listener", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
+	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "rewrite", "secrets", "telemetry", "upstream"},
+	"server":      {"admin", "config", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
 func TestInternalImportRules(t *testing.T) {
