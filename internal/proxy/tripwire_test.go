@@ -59,8 +59,14 @@ func newTripEnv(t *testing.T, o envOpts) *tripEnv {
 	return e
 }
 
-// listeners are the three ways a request reaches the pipeline.
-var listeners = []string{ListenerHTTP, ListenerHTTPS, ListenerConnect}
+// listeners are the ways a request reaches the pipeline: the plain
+// listener, the interception listener over HTTP/1.1 and HTTP/2, and a
+// CONNECT tunnel.
+var listeners = []string{ListenerHTTP, ListenerHTTPS, listenerHTTPSH2, ListenerConnect}
+
+// listenerHTTPSH2 is the interception listener spoken to over HTTP/2 (its
+// decision lines say "https").
+const listenerHTTPSH2 = "https-h2"
 
 // send sends req to host through listener and returns the status and body.
 func (e *tripEnv) send(listener, method, host, target string, hdr http.Header, body io.Reader, length int64) (int, string) {
@@ -72,10 +78,11 @@ func (e *tripEnv) send(listener, method, host, target string, hdr http.Header, b
 	switch listener {
 	case ListenerHTTP:
 		client, u = e.plain.Client(), e.plain.URL+target
-	case ListenerHTTPS:
+	case ListenerHTTPS, listenerHTTPSH2:
 		addr := e.intercept.Listener.Addr().String()
 		tr := &http.Transport{
-			TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool()},
+			TLSClientConfig:   &tls.Config{RootCAs: e.ca.Pool()},
+			ForceAttemptHTTP2: listener == listenerHTTPSH2,
 			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 				var d net.Dialer
 				return d.DialContext(ctx, network, addr)
@@ -125,6 +132,9 @@ func (e *tripEnv) assertTripped(status int, body, listener, ref, foundIn, host s
 			}
 		}
 	}
+	if listener == listenerHTTPSH2 {
+		listener = ListenerHTTPS
+	}
 	want := map[string]any{
 		"level": "ERROR", "event": "secret_tripwire", "decision": "denied_tripwire", "reason": "secret_tripwire",
 		"host": host, "listener": listener, "found_in": foundIn, "status": float64(403),
@@ -156,6 +166,7 @@ func TestTripwireHeadEveryListener(t *testing.T) {
 		{"own placeholder to a rule without it", "bare.example.test", "/v1", http.Header{"Authorization": {"Bearer " + phAPI}}, "api-key", "header"},
 		{"placeholder in a query", "bare.example.test", "/v1?key=" + phAPI, nil, "api-key", "url"},
 		{"percent-encoded in a path", "bare.example.test", "/v1/" + strings.ReplaceAll(url.PathEscape(phAPI), "s", "%73"), nil, "api-key", "url"},
+		{"websocket upgrade", "bare.example.test", "/ws", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {phAPI}}, "api-key", "header"},
 		{"base64 in basic auth", "api.example.test", "/v1", http.Header{"Proxy-Authorization": {basic}}, "other-key", "header"},
 		{"placeholder in a header name", "bare.example.test", "/v1", http.Header{"X-" + phAPI: {"1"}}, "api-key", "header"},
 	}
