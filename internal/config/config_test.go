@@ -975,3 +975,14 @@ func TestRuleRemoveHeadersAndResponseHeaderTimeout(t *testing.T) {
 		t.Errorf("UpstreamResponseHeader = %v, want the 10 min default", c.Timeouts.UpstreamResponseHeader)
 	}
 }
+
+// TestPlaceholdersDirAgainstRelativeSecretsDir: a relative secrets_dir is
+// resolved against the working directory before the overlap check.
+func TestPlaceholdersDirAgainstRelativeSecretsDir(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	_, err := Parse([]byte("secrets_dir: secrets\nplaceholders:\n  enabled: true\n  dir: " + dir + "\negress_policy:\n  rules:\n    - host: a.example\n      action: allow\n"))
+	if err == nil || !strings.Contains(err.Error(), "overlaps secrets_dir") {
+		t.Fatalf("err = %v, want the overlap refused", err)
+	}
+}

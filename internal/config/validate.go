@@ -699,7 +699,12 @@ func (c *checker) placeholders(w *wirePlaceholders, cfg *Config) Placeholders {
 		c.errorf(base+".dir", "must be an absolute path, got %q", clip(p.Dir))
 		return p
 	}
-	dir, secretsDir := filepath.Clean(p.Dir), filepath.Clean(cfg.SecretsDir)
+	// A relative secrets_dir is relative to the working directory, as the
+	// secret store resolves it.
+	dir, secretsDir := filepath.Clean(p.Dir), cfg.SecretsDir
+	if abs, err := filepath.Abs(secretsDir); err == nil {
+		secretsDir = abs
+	}
 	if within(dir, secretsDir) || within(secretsDir, dir) {
 		c.errorf(base+".dir", "%q overlaps secrets_dir %q: the app mounts this directory, so it must never hold or contain the real secrets", clip(p.Dir), clip(cfg.SecretsDir))
 	}
