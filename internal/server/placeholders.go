@@ -30,7 +30,7 @@ func (s *Server) openPlaceholders(cfg *config.Config) error {
 		return fmt.Errorf("placeholders.dir %s: %w", cfg.Placeholders.Dir, err)
 	}
 	s.placeholders = m
-	s.logger.Info("placeholders written", slog.String(telemetry.KeyDir, cfg.Placeholders.Dir), slog.Int(telemetry.KeyCount, m.Table().Len()))
+	s.logger.Info("placeholders written", slog.String(telemetry.KeyDir, cfg.Placeholders.Dir), slog.Int(telemetry.KeyPlaceholders, m.Table().Len()))
 	return nil
 }
 

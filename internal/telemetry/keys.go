@@ -66,4 +66,7 @@ const (
 	KeyEvent    = "event"    // EventSecretTripwire
 	KeyFoundIn  = "found_in" // FoundInHost, FoundInURL, FoundInHeader or FoundInBody
 	KeyEncoding = "encoding" // the placeholder's spelling: literal, percent_encoded, json_escaped, base64
+	// KeyPlaceholders is, on the start-up line of placeholders.dir, how
+	// many placeholders were written.
+	KeyPlaceholders = "placeholders"
 )
