@@ -28,6 +28,7 @@ Usage:
   botbox suggest --log FILE [--min-count N] propose an egress_policy from decision log lines
   botbox netfilter install|print|remove    the init step: iptables/ip6tables rules from BOTBOX_* env
   botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 365 days)
+  botbox placeholders print [-c PATH]      list the placeholder credentials and the hosts each may go to
   botbox probe [--key-file F] URL          exit 0 when BotBox itself answers 200 at URL (exec probes)
   botbox version                           print version information
 
@@ -64,6 +65,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return runNetfilter(ctx, rest, lookupEnv, stdout, stderr)
 	case "ca":
 		return runCA(rest, stdout, stderr)
+	case "placeholders":
+		return runPlaceholders(rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, getenv, stdout, stderr)
 	case "version":

@@ -174,7 +174,8 @@ func TestDefaults(t *testing.T) {
 			CertCacheTTL:        3600 * time.Second,
 			HandshakeTimeout:    5 * time.Second,
 		},
-		LogLevel: slog.LevelInfo,
+		Placeholders: Placeholders{Dir: "/var/run/botbox/placeholders"},
+		LogLevel:     slog.LevelInfo,
 		Timeouts: Timeouts{
 			UpstreamConnect:        10 * time.Second,
 			UpstreamResponseHeader: 10 * time.Minute,
@@ -1000,5 +1001,16 @@ func TestRuleRemoveHeadersAndResponseHeaderTimeout(t *testing.T) {
 	}
 	if c.Timeouts.UpstreamResponseHeader != 10*time.Minute {
 		t.Errorf("UpstreamResponseHeader = %v, want the 10 min default", c.Timeouts.UpstreamResponseHeader)
+	}
+}
+
+// TestPlaceholdersDirAgainstRelativeSecretsDir: a relative secrets_dir is
+// resolved against the working directory before the overlap check.
+func TestPlaceholdersDirAgainstRelativeSecretsDir(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	_, err := Parse([]byte("secrets_dir: secrets\nplaceholders:\n  enabled: true\n  dir: " + dir + "\negress_policy:\n  rules:\n    - host: a.example\n      action: allow\n"))
+	if err == nil || !strings.Contains(err.Error(), "overlaps secrets_dir") {
+		t.Fatalf("err = %v, want the overlap refused", err)
 	}
 }

@@ -41,6 +41,12 @@ type effConfig struct {
 
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
+	Placeholders      effPlaceholders `yaml:"placeholders"`
+}
+
+type effPlaceholders struct {
+	Enabled bool   `yaml:"enabled"`
+	Dir     string `yaml:"dir"`
 }
 
 type effPolicy struct {
@@ -103,8 +109,8 @@ const listenAddrComment = "listen_addr not set: 127.0.0.1, and also ::1 when the
 // and hosts in canonical form, for `botbox check`. Parsing the output gives
 // back an equivalent Config. An omitted listen_addr stays omitted (with a
 // comment), because an explicit one changes the IPv6 behaviour; an omitted
-// allowed_ports is shown as [443]; the https_interception block is always
-// shown.
+// allowed_ports is shown as [443]; the https_interception and placeholders
+// blocks are always shown.
 func (c *Config) Effective() ([]byte, error) {
 	e := effConfig{
 		ListenPort:        c.ListenPort,
@@ -172,6 +178,7 @@ func (c *Config) Effective() ([]byte, error) {
 	if in.ListenAddrExplicit {
 		e.HTTPSInterception.ListenAddr = in.ListenAddr.String()
 	}
+	e.Placeholders = effPlaceholders(c.Placeholders)
 
 	var root yaml.Node
 	if err := root.Encode(&e); err != nil {

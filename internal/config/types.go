@@ -46,6 +46,8 @@ type Config struct {
 	Policy Policy
 	// Interception is the HTTPS interception block; Enabled is false when absent.
 	Interception Interception
+	// Placeholders is the placeholders block; Enabled is false when absent.
+	Placeholders Placeholders
 	// UpstreamCAFile is an optional PEM bundle of extra roots trusted for
 	// upstream TLS, added to the system roots ("" = none).
 	UpstreamCAFile string
@@ -187,6 +189,18 @@ type Interception struct {
 	CertCacheSize                int
 	CertCacheTTL                 time.Duration
 	HandshakeTimeout             time.Duration
+}
+
+// Placeholders is the placeholders section: stand-in credentials with the
+// shape of each referenced secret, written for the app to use, swapped for
+// the real value towards the secret's own hosts and refused (the tripwire)
+// towards any other.
+type Placeholders struct {
+	// Enabled turns placeholders and the tripwire on (default false).
+	Enabled bool
+	// Dir is where BotBox writes one file per secret_ref, the env file and
+	// its per-Pod key (default /var/run/botbox/placeholders).
+	Dir string
 }
 
 // Timeouts are the proxy's timeouts. Zero never means "none" after Parse.

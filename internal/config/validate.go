@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -27,6 +28,7 @@ const (
 	defaultSecretsDir        = "/var/run/secrets/botbox"
 	defaultMaxConnections    = 1024
 	defaultLogLevel          = "info"
+	defaultPlaceholderDir    = "/var/run/botbox/placeholders"
 
 	defaultUpstreamConnectTimeoutMS        = 10000
 	defaultUpstreamResponseHeaderTimeoutMS = 600_000 // 10 min, the LLM SDKs' own request timeout (the reference: 30 s)
@@ -207,6 +209,7 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 
 	cfg.Policy = c.policy(w.EgressPolicy)
 	cfg.Interception = c.interception(w.HTTPSInterception, cfg)
+	cfg.Placeholders = c.placeholders(w.Placeholders, cfg)
 	cfg.Warnings = c.warnings
 
 	if len(c.problems) > 0 {
@@ -671,6 +674,65 @@ func (c *checker) interception(w *wireInterception, cfg *Config) Interception {
 		in.CertCacheTTL = time.Duration(cacheTTL) * time.Second
 	}
 	return in
+}
+
+// placeholderEnvFile is the name of the env file in placeholders.dir
+// (package placeholder writes it); a secret_ref of that name would collide.
+const placeholderEnvFile = "env"
+
+// placeholders validates the placeholders block. Like https_interception, a
+// disabled block keeps its values unchecked. When enabled, dir must not be
+// secrets_dir, inside it or above it (the app mounts dir: it must never see
+// a real secret, and BotBox must never write into the secret volume), no
+// secret_ref may be named like the env file, and no two secret_refs may
+// give the same environment variable name.
+func (c *checker) placeholders(w *wirePlaceholders, cfg *Config) Placeholders {
+	const base = "placeholders"
+	p := Placeholders{Dir: defaultPlaceholderDir}
+	if w == nil {
+		return p
+	}
+	if w.Enabled == nil {
+		c.errorf(base+".enabled", "required key is missing when the placeholders block is present (true or false)")
+	}
+	p.Enabled = boolean(w.Enabled, false)
+	p.Dir = str(w.Dir, defaultPlaceholderDir)
+	if !p.Enabled {
+		return p
+	}
+	if strings.TrimSpace(p.Dir) == "" || !filepath.IsAbs(p.Dir) {
+		c.errorf(base+".dir", "must be an absolute path, got %q", clip(p.Dir))
+		return p
+	}
+	// A relative secrets_dir is relative to the working directory, as the
+	// secret store resolves it.
+	dir, secretsDir := filepath.Clean(p.Dir), cfg.SecretsDir
+	if abs, err := filepath.Abs(secretsDir); err == nil {
+		secretsDir = abs
+	}
+	if within(dir, secretsDir) || within(secretsDir, dir) {
+		c.errorf(base+".dir", "%q overlaps secrets_dir %q: the app mounts this directory, so it must never hold or contain the real secrets", clip(p.Dir), clip(cfg.SecretsDir))
+	}
+	seen := map[string]string{}
+	for _, ref := range cfg.RequiredSecretRefs() {
+		if ref == placeholderEnvFile {
+			c.errorf(base, "secret_ref %q collides with the env file of placeholders.dir; rename the secret", ref)
+			continue
+		}
+		name := secretref.EnvName(ref)
+		if other, ok := seen[name]; ok {
+			c.errorf(base, "secret_refs %q and %q both give the environment variable %s; rename one", other, ref, name)
+			continue
+		}
+		seen[name] = ref
+	}
+	return p
+}
+
+// within reports whether path is dir or inside it (both cleaned).
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // setIf sets *d to *v units when v is present and not negative.

@@ -40,6 +40,13 @@ type wireConfig struct {
 
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
+	Placeholders      *wirePlaceholders `yaml:"placeholders"`
+}
+
+// wirePlaceholders is placeholders.
+type wirePlaceholders struct {
+	Enabled *bool   `yaml:"enabled"`
+	Dir     *string `yaml:"dir"`
 }
 
 // wirePolicy is egress_policy.

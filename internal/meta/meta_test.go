@@ -64,25 +64,26 @@ func TestEveryPackageHasDoc(t *testing.T) {
 // allowedInternal lists, per internal package, the internal packages it may
 // import (style.md §3.1). Leaves import nothing internal.
 var allowedInternal = map[string][]string{
-	"echo":       {},
-	"secretref":  {},
-	"hostport":   {"echo"},
-	"reqpath":    {"echo"},
-	"telemetry":  {},
-	"buildinfo":  {},
-	"admin":      {},
-	"config":     {"echo", "hostport", "reqpath", "secretref"},
-	"secrets":    {"secretref", "volwatch"}, // secretref.Valid: the one secret_ref name rule
-	"volwatch":   {},
-	"generation": {"config", "policy", "rewrite"},
-	"policy":     {"config", "hostport", "reqpath"},
-	"rewrite":    {"config", "echo", "secrets"}, // secrets only for the Value type
-	"upstream":   {},
-	"mitm":       {"echo", "hostport"},
-	"netfilter":  {},
-	"listener":   {"telemetry"},
-	"proxy":      {"config", "generation", "hostport", "policy", "rewrite", "secrets", "telemetry", "upstream"},
-	"server":     {"admin", "config", "generation", "hostport", "listener", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
+	"echo":        {},
+	"secretref":   {},
+	"hostport":    {"echo"},
+	"reqpath":     {"echo"},
+	"telemetry":   {},
+	"buildinfo":   {},
+	"admin":       {},
+	"config":      {"echo", "hostport", "reqpath", "secretref"},
+	"secrets":     {"secretref", "volwatch"}, // secretref.Valid: the one secret_ref name rule
+	"volwatch":    {},
+	"generation":  {"config", "policy", "rewrite"},
+	"policy":      {"config", "hostport", "reqpath"},
+	"rewrite":     {"config", "echo", "secrets"},         // secrets only for the Value type
+	"placeholder": {"secretref", "secrets", "telemetry"}, // secrets only for the Value type; telemetry for log keys
+	"upstream":    {},
+	"mitm":        {"echo", "hostport"},
+	"netfilter":   {},
+	"listener":    {"telemetry"},
+	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "rewrite", "secrets", "telemetry", "upstream"},
+	"server":      {"admin", "config", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
 func TestInternalImportRules(t *testing.T) {

@@ -68,6 +68,8 @@ var restartKeys = []struct {
 	{"https_interception.cert_cache_size", func(c *config.Config) any { return c.Interception.CertCacheSize }},
 	{"https_interception.cert_cache_ttl_seconds", func(c *config.Config) any { return c.Interception.CertCacheTTL }},
 	{"https_interception.handshake_timeout_ms", func(c *config.Config) any { return c.Interception.HandshakeTimeout }},
+	{"placeholders.enabled", func(c *config.Config) any { return c.Placeholders.Enabled }},
+	{"placeholders.dir", func(c *config.Config) any { return c.Placeholders.Dir }},
 }
 
 // changedRestartKeys lists the restart keys whose value differs between
@@ -151,6 +153,7 @@ func (s *Server) Reload(trigger string) error {
 	if s.opts.LogLevel != nil {
 		s.opts.LogLevel.Set(cfg.LogLevel)
 	}
+	s.updatePlaceholders(cfg.RequiredSecretRefs())
 	s.live = cfg
 	s.transport.CloseIdleConnections()
 	s.sm.ConfigReloads.WithLabelValues(telemetry.ReloadSuccess).Inc()

@@ -36,6 +36,7 @@ import (
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/listener"
 	"github.com/botbox/botbox/internal/mitm"
+	"github.com/botbox/botbox/internal/placeholder"
 	"github.com/botbox/botbox/internal/proxy"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -99,19 +100,21 @@ type Addrs struct {
 
 // Server is one BotBox process.
 type Server struct {
-	cfg         *config.Config
-	opts        Options
-	logger      *slog.Logger
-	decisions   *slog.Logger // target proxy: the lines of requests refused before the handler
-	metrics     *telemetry.Metrics
-	sm          *telemetry.ServerMetrics
-	store       *secrets.Store
-	handler     *proxy.Handler
-	interceptor *mitm.Interceptor
-	probeKey    []byte
-	requests    chan struct{}       // max_concurrent_requests permits
-	gen         *generation.Current // the policy generation in force
-	transport   *upstream.Transport // upstream; its idle connections close at reload
+	cfg       *config.Config
+	opts      Options
+	logger    *slog.Logger
+	decisions *slog.Logger // target proxy: the lines of requests refused before the handler
+	metrics   *telemetry.Metrics
+	sm        *telemetry.ServerMetrics
+	store     *secrets.Store
+	// placeholders is nil unless placeholders.enabled (placeholders.go).
+	placeholders *placeholder.Manager
+	handler      *proxy.Handler
+	interceptor  *mitm.Interceptor
+	probeKey     []byte
+	requests     chan struct{}       // max_concurrent_requests permits
+	gen          *generation.Current // the policy generation in force
+	transport    *upstream.Transport // upstream; its idle connections close at reload
 
 	reloadMu   sync.Mutex
 	lastConfig []byte         // the config file's bytes last read (reloadMu)
@@ -167,12 +170,17 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Resync:   cfg.SecretsResyncInterval,
 		Logger:   telemetry.WithTarget(opts.Logger, telemetry.TargetSecrets),
 		OnReady:  func(ready bool) { s.secretsReady.Store(ready) },
+		// Run starts after New has set s.placeholders.
+		OnChange: func() { s.refreshPlaceholders() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("loading secrets from %q: %w", cfg.SecretsDir, err)
 	}
 	s.store = store
 	s.secretsReady.Store(store.Ready())
+	if err := s.openPlaceholders(cfg); err != nil {
+		return nil, err
+	}
 	if s.gen, err = generation.New(cfg); err != nil {
 		return nil, err
 	}
@@ -211,6 +219,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		ConnectServer: func(h http.Handler) *http.Server {
 			return s.newHTTPServer(s.guard(telemetry.ListenerHTTPS, h))
 		},
+		Placeholders: s.placeholderSource(),
 	})
 	if err != nil {
 		return nil, err

@@ -109,6 +109,8 @@ type podConfig struct {
 	icmp6 bool
 	// extraConfig is appended to the top level of BotBox's config.
 	extraConfig string
+	// placeholders turns placeholders on, in <dir>/placeholders.
+	placeholders bool
 }
 
 // pod is one "pod" namespace and its "net" namespace, with everything
@@ -352,6 +354,18 @@ func (p *pod) writeConfig(t *testing.T) {
 		caDir := filepath.Dir(p.botboxCA)
 		fmt.Fprintf(&b, "https_interception:\n  enabled: true\n  ca_cert_path: %q\n  ca_key_path: %q\n  deny_handshake_on_disallowed_sni: %t\n",
 			filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "ca.key"), p.cfg.denyHandshake)
+	}
+	if p.cfg.placeholders {
+		// The shared emptyDir: created for the Pod, writable by BotBox,
+		// readable by the app.
+		phDir := filepath.Join(p.dir, "placeholders")
+		if err := os.Mkdir(phDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(phDir, uidBotBox, uidBotBox); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "placeholders:\n  enabled: true\n  dir: %q\n", filepath.Join(p.dir, "placeholders"))
 	}
 	p.configPath = filepath.Join(p.dir, "botbox.yaml")
 	writeFile(t, p.configPath, []byte(b.String()), 0o644)
