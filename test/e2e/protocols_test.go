@@ -40,8 +40,10 @@ func (p *pod) assertNoDatagram(t *testing.T, since int64, kind string, dst netip
 // protocol (253); none of it reaches the "net" namespace, while the same
 // packets from the exempt UID 1337 do (the barrier). The reference's rules
 // dropped only -p tcp and -p udp and let both through.
-func TestOtherProtocolsDropped(t *testing.T) {
-	p, _ := apiKeyPod(t, podConfig{ipv6: true})
+func TestOtherProtocolsDropped(t *testing.T) { forEachBackend(t, testOtherProtocolsDropped) }
+
+func testOtherProtocolsDropped(t *testing.T, backend string) {
+	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	rawCaps := []string{"net_raw"}
 	for _, dst := range []netip.AddrPort{p.addr4(9999), p.addr6(9999)} {
 		t.Run("udplite "+dst.String(), func(t *testing.T) {
@@ -159,8 +161,10 @@ func (p *pod) assertSquatUnanswered(t *testing.T, s *squatter, barrier string, s
 // stopped — never completes a handshake, for root or for BotBox's UID, so
 // it can neither pass `botbox probe` nor serve forged /metrics. BotBox's own
 // listeners keep answering. On the reference's rules each squat answered.
-func TestPortSquatHarmless(t *testing.T) {
-	p, _ := apiKeyPod(t, podConfig{ipv6: true})
+func TestPortSquatHarmless(t *testing.T) { forEachBackend(t, testPortSquatHarmless) }
+
+func testPortSquatHarmless(t *testing.T, backend string) {
+	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	const barrier = "127.0.0.2:9091"
 
 	t.Run("while BotBox runs", func(t *testing.T) {
@@ -197,12 +201,14 @@ func TestPortSquatHarmless(t *testing.T) {
 // the reports leave in order). `install` set force_mld_version=1, so the
 // reports are MLDv1 and the filter can tell the groups apart. On the old
 // rules (MLD reports of every type kept) the app's group arrived.
-func TestMulticastReportsDropped(t *testing.T) {
+func TestMulticastReportsDropped(t *testing.T) { forEachBackend(t, testMulticastReportsDropped) }
+
+func testMulticastReportsDropped(t *testing.T, backend string) {
 	const (
 		secretGroup = "ff05::5345:4352:4554"
 		barrierNode = "ff02::1:ff00:99" // solicited-node group of <prefix>::99
 	)
-	p, _ := apiKeyPod(t, podConfig{ipv6: true, mldGroups: []string{secretGroup, barrierNode}})
+	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true, mldGroups: []string{secretGroup, barrierNode}})
 	vpod := "bbp" + p.id
 	// The pod's reports come from its link-local address once that has
 	// passed duplicate address detection; the origin also hears its own
