@@ -148,10 +148,25 @@ func TestNetfilterCommand(t *testing.T) {
 			wantStdout: "Removing BotBox iptables rules...\n  iptables: nothing to remove\n  ip6tables: nothing to remove\nBotBox iptables rules removed.\n",
 		},
 		{
-			name: "auto without nf_tables falls back to iptables", args: []string{"remove"},
+			name: "remove auto without nf_tables removes the iptables rules", args: []string{"remove"},
 			env:      map[string]string{netfilter.EnvBackend: "auto"},
 			wantCode: 0, wantOutHas: "BotBox iptables rules removed.\n",
-			wantStderr: "[NOTE] BOTBOX_NETFILTER_BACKEND=auto: nftables is not available (nf_tables is not modelled by netfiltertest); using iptables.\n",
+			wantStderr: "[NOTE] BOTBOX_NETFILTER_BACKEND=auto: nftables is not available (nf_tables is not modelled by netfiltertest); nftables rules skipped.\n",
+		},
+		{
+			name: "install auto without nf_tables falls back to iptables", args: []string{"install"},
+			env:      map[string]string{envIPv6: "1", netfilter.EnvBackend: "auto"},
+			wantCode: 1, wantOutHas: "Installing BotBox iptables rules...\n",
+			wantErrHas: "[NOTE] BOTBOX_NETFILTER_BACKEND=auto: nftables is not available (nf_tables is not modelled by netfiltertest); using iptables.\n",
+		},
+		{
+			name: "remove auto with neither backend", args: []string{"remove"},
+			env:      map[string]string{netfilter.EnvBackend: "auto"},
+			setup:    func(k *netfiltertest.Runner) { k.Missing = map[string]bool{"iptables": true} },
+			wantCode: 1,
+			wantStderr: "[NOTE] BOTBOX_NETFILTER_BACKEND=auto: nftables is not available (nf_tables is not modelled by netfiltertest); nftables rules skipped.\n" +
+				"ERROR: neither nftables nor iptables is available (looking up iptables: executable file not found in $PATH).\n" +
+				"  Run `botbox netfilter remove` where the rules were installed, as root with CAP_NET_ADMIN.\n",
 		},
 		{
 			name: "print auto without nf_tables prints iptables", args: []string{"print"},

@@ -62,16 +62,40 @@ func InstallWith(ctx context.Context, s Settings, sys System, stdout, stderr io.
 	return Install(ctx, s, sys.Runner, stdout, stderr)
 }
 
-// RemoveWith removes BotBox's rules of the backend s.Backend resolves to,
-// and only those: rules installed by the other backend stay (README.md,
-// "Two backends in one namespace").
+// RemoveWith removes BotBox's rules. With an explicit backend it removes
+// that backend's rules only (rules the other backend installed stay). With
+// auto it removes whatever BotBox installed, by either backend: the
+// nftables tables when nf_tables answers, then the iptables chains when the
+// iptables programs exist; a backend that is unavailable cannot have rules
+// to remove here and is skipped with a note, but at least one must be
+// available. README.md, "Two backends in one namespace".
 func RemoveWith(ctx context.Context, s Settings, sys System, stdout, stderr io.Writer) error {
-	b, err := ResolveBackend(s.Backend, sys, stderr)
-	if err != nil {
-		return err
+	if s.Backend != BackendAuto {
+		if s.Backend == BackendNFTables {
+			return RemoveNFTables(ctx, sys.NFT, stdout)
+		}
+		return Remove(ctx, s, sys.Runner, stdout, stderr)
 	}
-	if b == BackendNFTables {
-		return RemoveNFTables(ctx, sys.NFT, stdout)
+	done := false
+	switch err := ProbeNFTables(sys.NFT); {
+	case err == nil:
+		if err := RemoveNFTables(ctx, sys.NFT, stdout); err != nil {
+			return err
+		}
+		done = true
+	case errors.Is(err, ErrNFTPermission):
+		return checkError("ERROR: nftables refused the request ("+err.Error()+").", permissionHint)
+	default:
+		fmt.Fprintf(stderr, "[NOTE] %s=auto: nftables is not available (%v); nftables rules skipped.\n", EnvBackend, err)
+	}
+	if err := lookTools(sys.Runner, IPv4); err != nil {
+		if !done {
+			return checkError(
+				"ERROR: neither nftables nor iptables is available ("+err.Error()+").",
+				"  Run `botbox netfilter remove` where the rules were installed, as root with CAP_NET_ADMIN.")
+		}
+		fmt.Fprintf(stderr, "[NOTE] %s=auto: iptables is not available (%v); iptables rules skipped.\n", EnvBackend, err)
+		return nil
 	}
 	return Remove(ctx, s, sys.Runner, stdout, stderr)
 }

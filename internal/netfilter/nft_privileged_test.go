@@ -193,10 +193,10 @@ func TestPrivilegedNFTVerifyDetectsChanges(t *testing.T) {
 }
 
 // TestPrivilegedBackendsCoexist defines what two backends in one namespace
-// do: each install and remove touches only its own objects. With both
-// installed a packet passes both rule sets (the stricter wins; the
-// redirects are identical); removing one leaves the other exactly as it
-// was.
+// do: each install and each remove with an explicit backend touches only
+// its own objects. With both installed a packet passes both rule sets (the
+// stricter wins; the redirects are identical); removing one leaves the
+// other exactly as it was; remove with auto removes both.
 func TestPrivilegedBackendsCoexist(t *testing.T) {
 	requireRoot(t, "nft", "ip6tables", "ip6tables-save", "ip6tables-restore")
 	s := mustParseEnv(t, map[string]string{EnvIPv6: "1"})
@@ -223,6 +223,21 @@ func TestPrivilegedBackendsCoexist(t *testing.T) {
 	checkNoBotBox(t, ns, s)
 	if got := botboxListing(t, ns); got != listing {
 		t.Errorf("iptables remove changed the nftables tables (-before +after):\n%s", cmp.Diff(listing, got))
+	}
+
+	// remove with auto removes what either backend installed.
+	if err := Install(ctx, s, sys.Runner, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	auto := s
+	auto.Backend = BackendAuto
+	var out strings.Builder
+	if err := RemoveWith(ctx, auto, sys, &out, &out); err != nil {
+		t.Fatalf("RemoveWith auto: %v\n%s", err, out.String())
+	}
+	checkNoBotBox(t, ns, s)
+	if got := botboxListing(t, ns); got != "" {
+		t.Errorf("remove with auto left:\n%s", got)
 	}
 }
 

@@ -390,3 +390,45 @@ func (p packet) String() string {
 	return fmt.Sprintf("{%s dst=%v lo=%v uid=%d sport=%d dport=%d syn=%v icmpv6=%d foreign-src=%v}",
 		p.proto, p.dst, p.outLo, p.uid, p.sport, p.dport, p.syn, p.icmpv6Type, p.foreignSrc)
 }
+
+// FuzzParseRule: any argument list either fails to translate or becomes a
+// rule with a verdict whose text and expressions can be built; it never
+// panics, and a rule that translates keeps every match it had (each
+// iptables match option shows up in the text).
+func FuzzParseRule(f *testing.F) {
+	for _, tc := range envCombinations() {
+		st, _, err := ParseEnv(getenvFrom(tc.env))
+		if err != nil {
+			f.Fatal(err)
+		}
+		rs := Plan(st)
+		for _, fam := range rs.Families() {
+			for _, c := range rs.Chains(fam) {
+				for _, r := range c.Rules {
+					f.Add(strings.Join(r, "\x00"), fam == IPv6)
+				}
+			}
+		}
+	}
+	f.Add("-p\x00udp\x00-m\x00udp\x00--dport\x0053\x00-m\x00owner\x00!\x00--uid-owner\x001337\x00-j\x00REDIRECT\x00--to-ports\x0015053", false)
+	f.Fuzz(func(t *testing.T, args string, v6 bool) {
+		fam := IPv4
+		if v6 {
+			fam = IPv6
+		}
+		r, err := parseRule(Rule(strings.Split(args, "\x00")), fam, []string{"CHAIN"})
+		if err != nil {
+			return
+		}
+		if r.verdict == 0 || len(r.exprs(fam)) == 0 {
+			t.Fatalf("%q: translated without a verdict", args)
+		}
+		text := r.text(fam)
+		for opt, word := range map[string]string{"-o": "oifname", "-d": "daddr", "--sport": "sport", "--dport": "dport",
+			"--tcp-flags": "tcp flags", "--icmpv6-type": "icmpv6 type", "--src-type": "fib saddr", "--uid-owner": "meta skuid"} {
+			if slices.Contains(strings.Split(args, "\x00"), opt) && !strings.Contains(text, word) {
+				t.Fatalf("%q: %s lost in %q", args, opt, text)
+			}
+		}
+	})
+}
