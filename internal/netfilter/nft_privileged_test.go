@@ -259,3 +259,35 @@ func TestPrivilegedNFTProbe(t *testing.T) {
 		t.Errorf("explicit iptables: %q, %v", b, err)
 	}
 }
+
+// TestPrivilegedNFTDNSGuardShapes: the DNS guard's rules (udp and tcp
+// REDIRECT with a negated owner match) are accepted by the kernel over
+// netlink, read back identical, and equal what `nft -f` builds from their
+// text.
+func TestPrivilegedNFTDNSGuardShapes(t *testing.T) {
+	requireRoot(t, "nft")
+	rs := dnsGuardRuleset()
+	tables, err := nftTables(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, ref := newNetns(t), newNetns(t)
+	conn, err := nsSystem(ns).NFT.DialNFT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.CloseLasting() }()
+	if err := applyNFT(conn, tables); err != nil {
+		t.Fatal(err)
+	}
+	nsExec(t, ref, nftText(tables), "nft", "-f", "-")
+	got, want := botboxListing(t, ns), botboxListing(t, ref)
+	if got != want {
+		t.Errorf("netlink and nft -f differ (-nft +netlink):\n%s", cmp.Diff(want, got))
+	}
+	for _, w := range []string{"udp dport 53 jump EGRESS_REDIRECT.4", "udp dport 53 redirect to :15053", "table ip6 botbox"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("listing lacks %q:\n%s", w, got)
+		}
+	}
+}

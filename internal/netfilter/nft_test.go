@@ -118,14 +118,8 @@ func TestNFTRejectsUnknownShapes(t *testing.T) {
 // negated owner match in an auxiliary chain that keeps the protocol match
 // the redirect needs.
 func TestNFTDNSGuardShapes(t *testing.T) {
-	s := DefaultSettings()
-	rs := Plan(s)
+	rs := dnsGuardRuleset()
 	nat := rs.IPv4[0]
-	nat.Jump = Rule{"-j", nat.Name}
-	for _, proto := range []string{"udp", "tcp"} {
-		nat.Rules = append(nat.Rules, Rule{"-p", proto, "-m", proto, "--dport", "53", "-m", "owner", "!", "--uid-owner", "1337", "-j", "REDIRECT", "--to-ports", "15053"})
-	}
-	rs.IPv4[0] = nat
 	tab, err := nftPlan(rs, IPv4)
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +146,24 @@ func TestNFTDNSGuardShapes(t *testing.T) {
 			t.Errorf("%v: nftables %s, iptables %s", p, got, want)
 		}
 	}
+}
+
+// dnsGuardRuleset is the default plan with the DNS guard's nat rules (as
+// another change adds them: udp and tcp to port 53 from any UID but
+// BotBox's redirected to 15053) and a nat jump for every protocol, IPv4
+// and IPv6.
+func dnsGuardRuleset() Ruleset {
+	s := DefaultSettings()
+	s.IPv6 = true
+	rs := Plan(s)
+	for _, chains := range [][]Chain{rs.IPv4, rs.IPv6} {
+		nat := &chains[0]
+		nat.Jump = Rule{"-j", nat.Name}
+		for _, proto := range []string{"udp", "tcp"} {
+			nat.Rules = append(nat.Rules, Rule{"-p", proto, "-m", proto, "--dport", "53", "-m", "owner", "!", "--uid-owner", "1337", "-j", "REDIRECT", "--to-ports", "15053"})
+		}
+	}
+	return rs
 }
 
 // TestNFTVerdictsMatchIPTables: for every environment, family and table,

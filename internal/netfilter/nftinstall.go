@@ -115,6 +115,19 @@ func InstallNFTables(ctx context.Context, s Settings, d NFTDialer, r Runner, std
 		return err
 	}
 
+	if err := applyNFT(conn, tables); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "nftables rules installed:")
+	if _, err := io.WriteString(stdout, nftText(tables)); err != nil {
+		return fmt.Errorf("writing the listing: %w", err)
+	}
+	return nil
+}
+
+// applyNFT replaces BotBox's tables with tables in one batch, then verifies
+// them.
+func applyNFT(conn *nftables.Conn, tables []nftTable) error {
 	for _, t := range tables {
 		addNFTTable(conn, t)
 	}
@@ -125,10 +138,6 @@ func InstallNFTables(ctx context.Context, s Settings, d NFTDialer, r Runner, std
 		if err := verifyNFTTable(conn, t); err != nil {
 			return fmt.Errorf("verifying nftables table %s %s: %w", nftFamilyName(t.family), NFTTable, err)
 		}
-	}
-	fmt.Fprintln(stdout, "nftables rules installed:")
-	if _, err := io.WriteString(stdout, nftText(tables)); err != nil {
-		return fmt.Errorf("writing the listing: %w", err)
 	}
 	return nil
 }
