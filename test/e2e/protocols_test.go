@@ -176,6 +176,24 @@ func testPortSquatHarmless(t *testing.T, backend string) {
 		s.proc.stop(5 * time.Second)
 	})
 
+	// With tcp_syncookies=2 every SYN-ACK is a cookie sent without a socket
+	// (as when a squatter's backlog is full). xt_owner's "! --uid-owner"
+	// is true for it, nftables' "meta skuid != UID" false: a naive
+	// nftables translation let these handshakes complete
+	// (internal/netfilter negatedOwnerChain).
+	t.Run("with SYN cookies", func(t *testing.T) {
+		setCookies := func(v string) {
+			if _, errOut, code := p.run(t, p.podNS, uidRoot, nil, "sysctl", "-q", "-w", "net.ipv4.tcp_syncookies="+v); code != 0 {
+				t.Fatalf("sysctl tcp_syncookies=%s: %s", v, errOut)
+			}
+		}
+		setCookies("2")
+		defer setCookies("1")
+		s := p.startSquatter(t, "127.0.0.2:9090", "[::1]:9090", barrier)
+		p.assertSquatUnanswered(t, s, barrier, "127.0.0.2:9090", "[::1]:9090")
+		s.proc.stop(5 * time.Second)
+	})
+
 	t.Run("after BotBox stopped", func(t *testing.T) {
 		if !p.botbox.stop(10 * time.Second) {
 			t.Fatalf("botbox did not stop on SIGTERM")
