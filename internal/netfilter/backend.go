@@ -100,9 +100,10 @@ func RemoveWith(ctx context.Context, s Settings, sys System, stdout, stderr io.W
 	return Remove(ctx, s, sys.Runner, stdout, stderr)
 }
 
-// PrintWith prints the families' rules in the syntax of backend b (already
-// resolved: BackendAuto prints as iptables would be wrong on an nftables
-// kernel, so callers resolve it first).
+// PrintWith prints the families' rules in the syntax of backend b:
+// nftables prints nft syntax, anything else iptables-restore payloads. The
+// caller resolves BackendAuto first (cmd/botbox probes like install, and
+// prints iptables when the probe fails, for example without privilege).
 func PrintWith(s Settings, b Backend, families []Family, w io.Writer) error {
 	if b == BackendNFTables {
 		return PrintNFTables(s, families, w)
