@@ -76,6 +76,9 @@ const rulesDefault = `
 
 // podConfig describes one scenario.
 type podConfig struct {
+	// backend is BOTBOX_NETFILTER_BACKEND for the init step ("": unset,
+	// so auto). Containment tests run once per backend (forEachBackend).
+	backend string
 	// ipv6 is BOTBOX_ENABLE_IPV6 for the init step.
 	ipv6 bool
 	// interception enables https_interception in BotBox's config and
@@ -135,6 +138,20 @@ type pod struct {
 	origin  *proc
 	control *http.Client // the origin's control socket
 	botbox  *proc
+}
+
+// netfilterBackends are the values of BOTBOX_NETFILTER_BACKEND the
+// containment tests run with.
+func netfilterBackends() []string { return []string{"iptables", "nftables"} }
+
+// forEachBackend runs test once per netfilter backend, as the subtests
+// "iptables" and "nftables": every containment property is proved with
+// real packets for both ways the rules reach the kernel (issue 14).
+func forEachBackend(t *testing.T, test func(t *testing.T, backend string)) {
+	t.Helper()
+	for _, b := range netfilterBackends() {
+		t.Run(b, func(t *testing.T) { test(t, b) })
+	}
 }
 
 // newPod builds the topology of e2e.md for one test and registers its
@@ -300,6 +317,9 @@ func (p *pod) startOrigin(t *testing.T) {
 // installEnv is the init step's environment for this scenario.
 func (p *pod) installEnv() []string {
 	env := []string{"BOTBOX_ENABLE_IPV6=" + boolEnv(p.cfg.ipv6)}
+	if p.cfg.backend != "" {
+		env = append(env, "BOTBOX_NETFILTER_BACKEND="+p.cfg.backend)
+	}
 	if p.cfg.interception {
 		env = append(env, "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1")
 	}
@@ -315,6 +335,9 @@ func (p *pod) install(t *testing.T) {
 	out, errOut, code := p.run(t, p.podNS, uidRoot, p.installEnv(), p.bins.botbox, "netfilter", "install")
 	if code != 0 {
 		t.Fatalf("botbox netfilter install (env %v) exited %d:\nstdout:\n%s\nstderr:\n%s", p.installEnv(), code, out, errOut)
+	}
+	if b := p.cfg.backend; b != "" && !strings.Contains(out, "Installing BotBox "+b+" rules...") {
+		t.Fatalf("botbox netfilter install with BOTBOX_NETFILTER_BACKEND=%s did not use it:\n%s\n%s", b, out, errOut)
 	}
 }
 
