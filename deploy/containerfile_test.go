@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/netfilter"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -327,8 +328,9 @@ func TestImageDefaultConfig(t *testing.T) {
 // checkManifestImage: the Pod runs every BotBox role from the one image the
 // Containerfile builds: ca-init, iptables-init and the sidecar name the same
 // image, none overrides its entrypoint (the image's /botbox; there is no
-// shell to run anything else), and iptables-init's arguments are exactly
-// `netfilter install`.
+// shell to run anything else), iptables-init's arguments are exactly
+// `netfilter install`, and it uses the nftables backend (the image has no
+// iptables binaries for the other one, and auto could fall back to it).
 func checkManifestImage(b *bundle) []error {
 	v := newPodView(b)
 	var errs []error
@@ -345,6 +347,9 @@ func checkManifestImage(b *bundle) []error {
 	}
 	if want := []string{"netfilter", "install"}; !slices.Equal(v.iptablesInit.Args, want) {
 		errs = append(errs, fmt.Errorf("iptables-init args %q, want %q", v.iptablesInit.Args, want))
+	}
+	if b := v.env[netfilter.EnvBackend]; b != "nftables" {
+		errs = append(errs, fmt.Errorf("iptables-init %s=%q, want \"nftables\": the image has no iptables binaries", netfilter.EnvBackend, b))
 	}
 	return errs
 }
@@ -366,6 +371,13 @@ func TestManifestImage(t *testing.T) {
 		}},
 		{"init prints only", `iptables-init args ["netfilter" "print"]`, func(t *testing.T, b *bundle) {
 			container(t, b, nameIPTablesInit).Args = []string{"netfilter", "print"}
+		}},
+		{"iptables backend", "the image has no iptables binaries", func(t *testing.T, b *bundle) {
+			setEnv(container(t, b, nameIPTablesInit), netfilter.EnvBackend, "iptables")
+		}},
+		{"backend left to auto", "the image has no iptables binaries", func(t *testing.T, b *bundle) {
+			c := container(t, b, nameIPTablesInit)
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == netfilter.EnvBackend })
 		}},
 		{"a shell entrypoint", "has no shell", func(t *testing.T, b *bundle) {
 			container(t, b, nameCAInit).Command = []string{"/bin/sh", "-c"}

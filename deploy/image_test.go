@@ -351,30 +351,34 @@ func TestImageCheck(t *testing.T) {
 }
 
 // TestImageNetfilterPrint: `botbox netfilter print` works in the image (no
-// file, binary or library of a distribution needed) and prints exactly what
-// the same binary prints on the host.
+// file, binary or library of a distribution needed) with either backend and
+// prints exactly what the same binary prints on the host.
 func TestImageNetfilterPrint(t *testing.T) {
 	pm, img := requireImage(t)
-	env := []string{"BOTBOX_ENABLE_IPV6=1", "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1"}
-	args := []string{"run", "--rm", "--network", "none"}
-	for _, e := range env {
-		args = append(args, "-e", e)
-	}
-	got := pm.mustRun(t, append(args, img.tag, "netfilter", "print")...)
 	root := pm.mountImage(t, img.tag)
-	host := exec.Command(filepath.Join(root, "botbox"), "netfilter", "print")
-	host.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
-	want, err := host.Output()
-	if err != nil {
-		t.Fatalf("botbox netfilter print on the host: %v", err)
-	}
-	if got != string(want) {
-		t.Errorf("netfilter print in the image differs from the host's:\n--- image\n%s\n--- host\n%s", got, want)
-	}
-	for _, s := range []string{"1337", "8080", "8443"} {
-		if !strings.Contains(got, s) {
-			t.Errorf("netfilter print does not mention %s:\n%s", s, got)
-		}
+	for _, backend := range []string{"nftables", "iptables"} {
+		t.Run(backend, func(t *testing.T) {
+			env := []string{"BOTBOX_NETFILTER_BACKEND=" + backend, "BOTBOX_ENABLE_IPV6=1", "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1"}
+			args := []string{"run", "--rm", "--network", "none"}
+			for _, e := range env {
+				args = append(args, "-e", e)
+			}
+			got := pm.mustRun(t, append(args, img.tag, "netfilter", "print")...)
+			host := exec.Command(filepath.Join(root, "botbox"), "netfilter", "print")
+			host.Env = append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
+			want, err := host.Output()
+			if err != nil {
+				t.Fatalf("botbox netfilter print on the host: %v", err)
+			}
+			if got != string(want) {
+				t.Errorf("netfilter print in the image differs from the host's:\n--- image\n%s\n--- host\n%s", got, want)
+			}
+			for _, s := range []string{"1337", "8080", "8443"} {
+				if !strings.Contains(got, s) {
+					t.Errorf("netfilter print does not mention %s:\n%s", s, got)
+				}
+			}
+		})
 	}
 }
 
