@@ -14,9 +14,10 @@
 // BotBox role runs the one image, and the Containerfile keeps its invariants
 // (one stage FROM scratch, nothing pulled, no shell, UID 1337). No cluster is
 // needed. image_test.go builds the image with image.sh and runs it with
-// rootful podman (version stamps, files, check, netfilter print, /healthz as
-// UID 1337); it needs root, podman and runc, fails without them under CI and
-// skips elsewhere.
+// rootful podman (files, version stamps, check, netfilter print, ca new,
+// /healthz as UID 1337), and image_pod_test.go runs it as init container and
+// sidecar in a podman pod with an app container; they need root, podman,
+// runc and catatonit, fail without them under CI and skip elsewhere.
 //
 // It is a module of its own (go.mod here, test-only, replace => ..), so that
 // k8s.io/* and sigs.k8s.io/yaml stay out of the product's go.mod and go.sum:

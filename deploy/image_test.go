@@ -3,10 +3,12 @@ package deploy_test
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/x509"
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -452,5 +454,49 @@ func waitHealthy(t *testing.T, pm *podman, name string) {
 			t.Fatalf("container %s stopped before /healthz answered: %v", name, errors.Join(err, ierr))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestImageCANew: the ca-init role. `botbox ca new` as the image's UID 1337
+// on a read-only root writes a CA certificate (0444) and its key (0400)
+// owned by 1337 into the mounted volumes, as deploy/kubernetes's ca-init does.
+func TestImageCANew(t *testing.T) {
+	pm, img := requireImage(t)
+	certDir, keyDir := t.TempDir(), t.TempDir()
+	for _, d := range []string{certDir, keyDir} {
+		if err := os.Chown(d, 1337, 1337); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pm.mustRun(t, "run", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL",
+		"-v", certDir+":/ca-cert", "-v", keyDir+":/ca-key", img.tag,
+		"ca", "new", "--cert-out", "/ca-cert/ca.crt", "--key-out", "/ca-key/ca.key", "--days", "1", "--if-missing")
+	for _, f := range []struct {
+		path string
+		mode fs.FileMode
+	}{{filepath.Join(certDir, "ca.crt"), 0o444}, {filepath.Join(keyDir, "ca.key"), 0o400}} {
+		info, err := os.Stat(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := info.Sys().(*syscall.Stat_t)
+		if info.Mode() != f.mode || st.Uid != 1337 {
+			t.Errorf("%s: mode %v owner %d, want %v owned by 1337", filepath.Base(f.path), info.Mode(), st.Uid, f.mode)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(certDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatal("ca.crt holds no PEM block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cert.IsCA {
+		t.Error("ca.crt is not a CA certificate")
 	}
 }
