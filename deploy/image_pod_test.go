@@ -58,18 +58,6 @@ egress_policy:
           secret_ref: ` + podSecretName + `
 `
 
-// podInitEnv is the init container's environment, as in
-// deploy/kubernetes/deployment.yaml; the image has no iptables binary, so
-// the rules go in through the nftables backend.
-var podInitEnv = []string{
-	"BOTBOX_NETFILTER_BACKEND=nftables",
-	"BOTBOX_UID=1337",
-	"BOTBOX_PROXY_PORT=8080",
-	"BOTBOX_REDIRECT_FROM_PORT=80",
-	"BOTBOX_ENABLE_IPV6=1",
-	"BOTBOX_DROP_ICMP=1",
-}
-
 // clientResult is the part of test/e2e/cmd/e2e-client's JSON result
 // (test/e2e/internal/wire.Result) this test reads.
 type clientResult struct {
@@ -83,8 +71,8 @@ type clientResult struct {
 
 // TestImagePod runs the image the way Kubernetes runs it, in a podman pod
 // (one network namespace shared by every container): an init container of
-// the image, as root with only NET_ADMIN and NET_RAW, installs the rules with
-// `botbox netfilter install`; the image's default command serves as the
+// the image, as root with only NET_ADMIN and NET_RAW and the manifest's
+// environment, installs the rules with `botbox netfilter install`; the image's default command serves as the
 // sidecar, UID 1337; an app container (test/e2e/cmd/e2e-client, static,
 // FROM scratch) runs as UID 1000. The pod's only way out is a veth to an
 // "origin" namespace the test made, where the test itself listens.
@@ -153,8 +141,14 @@ func TestImagePod(t *testing.T) {
 	initArgs := []string{"run", "--rm", "--pod", pod, "--name", pod + "-init", "--user", "0:0",
 		"--cap-drop", "ALL", "--cap-add", "NET_ADMIN,NET_RAW", "--read-only",
 		"--security-opt", "no-new-privileges"}
-	for _, e := range podInitEnv {
-		initArgs = append(initArgs, "-e", e)
+	// The init container's environment is the shipped manifest's
+	// (deploy/kubernetes/deployment.yaml: nftables backend, IPv6 on, ICMP
+	// dropped, 80 and 443 redirected), so this proves that it works in the
+	// image. The app here uses neither 443 nor interception.
+	for _, e := range newPodView(loadBundle(t)).iptablesInit.Env {
+		if strings.HasPrefix(e.Name, "BOTBOX_") {
+			initArgs = append(initArgs, "-e", e.Name+"="+e.Value)
+		}
 	}
 	pm.mustRun(t, append(initArgs, img.tag, "netfilter", "install")...)
 
