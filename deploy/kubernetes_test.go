@@ -330,7 +330,7 @@ func TestInvariantsCatchViolations(t *testing.T) {
 }
 
 // TestRejectIsAKnownVariable: BOTBOX_REJECT=1 on iptables-init is a valid
-// manifest (netfilterEnv lists it), not an "unknown variable".
+// manifest (inject.NetfilterEnv lists it), not an "unknown variable".
 func TestRejectIsAKnownVariable(t *testing.T) {
 	t.Parallel()
 	b := loadBundle(t)
