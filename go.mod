@@ -3,6 +3,7 @@ module github.com/botbox/botbox
 go 1.26.0
 
 require (
+	github.com/evanphx/json-patch/v5 v5.9.11
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-cmp v0.7.0
 	github.com/prometheus/client_golang v1.25.0
