@@ -599,7 +599,7 @@ func checkSecretsIsolation(v *podView) error {
 	}
 	for _, m := range modes {
 		if m&0o004 == 0 && !hasFSGroup {
-			errs = append(errs, fmt.Errorf("Secret volume %q: mode %#o without a Pod fsGroup leaves the root-owned files unreadable for UID %d; BotBox would never become ready", vol.Name, m, v.exemptUID()))
+			errs = append(errs, fmt.Errorf("the Secret volume %q: mode %#o without a Pod fsGroup leaves the root-owned files unreadable for UID %d; BotBox would never become ready", vol.Name, m, v.exemptUID()))
 		}
 	}
 	return errors.Join(errs...)
