@@ -144,15 +144,19 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, mutate bool) {
 	req := rev.Request
 	d := review(req, mutate, h.Options)
 	out, err := response(req, d)
+	var b []byte
 	if err == nil {
-		var b []byte
-		if b, err = json.Marshal(out); err == nil {
-			w.Header().Set("Content-Type", "application/json")
-			_, err = w.Write(b)
-		}
+		b, err = json.Marshal(out)
 	}
+	if err != nil {
+		h.invalid(w, endpoint, http.StatusInternalServerError, "encoding the AdmissionReview response failed")
+		return
+	}
+	// Counted before the answer leaves: whoever saw the answer sees the count.
 	h.Metrics.reviews.WithLabelValues(endpoint, d.result).Inc()
 	h.Metrics.duration.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+	w.Header().Set("Content-Type", "application/json")
+	_, err = w.Write(b)
 	attrs := []any{
 		slog.String(keyEndpoint, endpoint), slog.String(keyUID, string(req.UID)),
 		slog.String(keyNamespace, req.Namespace), slog.String(keyName, req.Name),
