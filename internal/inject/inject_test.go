@@ -175,6 +175,9 @@ func TestInjectRefuses(t *testing.T) {
 		{"root keeping capabilities", func(s *corev1.PodSpec) { sc(s).RunAsUser = new(int64(0)) }, []string{`container "app" runs as root without capabilities.drop [ALL]`}},
 		{"hostNetwork", func(s *corev1.PodSpec) { s.HostNetwork = true }, []string{"hostNetwork"}},
 		{"hostPID", func(s *corev1.PodSpec) { s.HostPID = true }, []string{"hostPID"}},
+		{"hostPath", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "sock", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/containerd"}}})
+		}, []string{`volume "sock" is a hostPath`}},
 		{"app named botbox", func(s *corev1.PodSpec) { s.Containers[0].Name = NameBotBox }, []string{`container "botbox": the name is reserved`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

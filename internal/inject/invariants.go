@@ -99,7 +99,7 @@ type Invariant struct {
 // the other objects of a bundle (Namespace, ConfigMap, Secret, NetworkPolicy).
 func Invariants() []Invariant {
 	return []Invariant{
-		{"pod-isolation", "no host namespaces, no shared PID namespace; no service account token (Manifest)", false, checkPodIsolation},
+		{"pod-isolation", "no host namespaces, no shared PID namespace, no hostPath volume; no service account token (Manifest)", false, checkPodIsolation},
 		{"init-order", "iptables-init runs to completion before BotBox, which is a native sidecar (restartPolicy Always); no sidecar starts before the rules", false, checkInitOrder},
 		{"app-uid", "no container other than BotBox's own runs as the exempt UID; the Pod default is not it; apps set their UID (and, Manifest, are non-root)", false, checkAppUID},
 		{"exempt-uid", "BotBox runs as BOTBOX_UID, and only containers of the BotBox image do", false, checkExemptUID},
@@ -149,6 +149,14 @@ func checkPodIsolation(v *podView) error {
 	}
 	if isTrue(s.ShareProcessNamespace) {
 		errs = append(errs, errors.New("shareProcessNamespace: the app would see BotBox's processes"))
+	}
+	// The namespaces BotBox runs in admit its root init container, so Pod
+	// Security (which would refuse hostPath at the baseline level) is set to
+	// privileged there: this check is what stands between an app and the node.
+	for _, vol := range s.Volumes {
+		if vol.HostPath != nil {
+			errs = append(errs, fmt.Errorf("volume %q is a hostPath (spec.volumes[].hostPath): the node's filesystem (its container runtime socket, its netfilter tools) is a way out of the Pod", vol.Name))
+		}
 	}
 	if v.profile == Manifest && !isFalse(s.AutomountServiceAccountToken) {
 		errs = append(errs, errors.New("automountServiceAccountToken must be false: the agent gets no Kubernetes API credential"))
