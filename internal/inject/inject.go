@@ -67,12 +67,11 @@ const (
 	VolSecrets      = "botbox-secrets"
 	VolCACert       = "botbox-ca-cert"
 	VolCAKey        = "botbox-ca-key"
-	VolXtablesRun   = "botbox-xtables-run"
 	VolRun          = "botbox-run"
 	VolPlaceholders = "botbox-placeholders"
 )
 
-var ownedVolumes = []string{VolConfig, VolSecrets, VolCACert, VolCAKey, VolXtablesRun, VolRun, VolPlaceholders}
+var ownedVolumes = []string{VolConfig, VolSecrets, VolCACert, VolCAKey, VolRun, VolPlaceholders}
 
 // Scrape annotations the injector sets on the Pod.
 const (
@@ -347,8 +346,8 @@ func initContainer(o Options) corev1.Container {
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}},
 	}
 	c.Resources = resources("10m", "16Mi", "100m", "64Mi")
-	// The xtables lock file when the iptables backend is used (read-only root).
-	c.VolumeMounts = []corev1.VolumeMount{{Name: VolXtablesRun, MountPath: "/run"}}
+	// No volume: the nftables backend talks netlink and needs no lock file
+	// (the image has no iptables binaries for another backend to run).
 	return c
 }
 
@@ -408,7 +407,7 @@ func volumes(o Options) []corev1.Volume {
 	if o.Interception {
 		vs = append(vs, corev1.Volume{Name: VolCACert, VolumeSource: memDir()}, corev1.Volume{Name: VolCAKey, VolumeSource: memDir()})
 	}
-	vs = append(vs, corev1.Volume{Name: VolXtablesRun, VolumeSource: memDir()}, corev1.Volume{Name: VolRun, VolumeSource: memDir()})
+	vs = append(vs, corev1.Volume{Name: VolRun, VolumeSource: memDir()})
 	if o.PlaceholdersDir != "" {
 		vs = append(vs, corev1.Volume{Name: VolPlaceholders, VolumeSource: memDir()})
 	}
