@@ -153,6 +153,20 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 			pre = append(pre, fmt.Errorf("container %q: the name is reserved for BotBox's init containers", spec.Containers[i].Name))
 		}
 	}
+	var ours []string
+	if o.Interception {
+		ours = append(ours, CACertDir)
+	}
+	if o.PlaceholdersDir != "" {
+		ours = append(ours, o.PlaceholdersDir)
+	}
+	for _, c := range appContainers(spec) {
+		for _, m := range c.VolumeMounts {
+			if !slices.Contains(ownedVolumes, m.Name) && slices.Contains(ours, path.Clean(m.MountPath)) {
+				pre = append(pre, fmt.Errorf("container %q: volumeMounts %q at %s, where botbox inject mounts its own volume", c.Name, m.Name, m.MountPath))
+			}
+		}
+	}
 	if len(pre) > 0 {
 		return &RefusedError{Problems: pre}
 	}
@@ -181,13 +195,8 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 	}
 	spec.Volumes = slices.Insert(vols, at, volumes(o)...)
 
-	for i := range spec.InitContainers {
-		if !isRoleName(spec.InitContainers[i].Name) {
-			injectApp(&spec.InitContainers[i], o)
-		}
-	}
-	for i := range spec.Containers {
-		injectApp(&spec.Containers[i], o)
+	for _, c := range appContainers(spec) {
+		injectApp(c, o)
 	}
 	for i := range spec.EphemeralContainers {
 		c := (*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon)
@@ -208,6 +217,20 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 		return &RefusedError{Problems: errs}
 	}
 	return nil
+}
+
+// appContainers are the workload's own regular and init containers.
+func appContainers(spec *corev1.PodSpec) []*corev1.Container {
+	var cs []*corev1.Container
+	for i := range spec.InitContainers {
+		if !isRoleName(spec.InitContainers[i].Name) {
+			cs = append(cs, &spec.InitContainers[i])
+		}
+	}
+	for i := range spec.Containers {
+		cs = append(cs, &spec.Containers[i])
+	}
+	return cs
 }
 
 func isRoleName(n string) bool { return n == NameCAInit || n == NameInit || n == NameBotBox }

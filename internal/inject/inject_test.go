@@ -178,12 +178,17 @@ func TestInjectRefuses(t *testing.T) {
 		{"hostPath", func(s *corev1.PodSpec) {
 			s.Volumes = append(s.Volumes, corev1.Volume{Name: "sock", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/containerd"}}})
 		}, []string{`volume "sock" is a hostPath`}},
+		{"mount where the CA goes", func(s *corev1.PodSpec) {
+			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "certs", MountPath: CACertDir + "/"}}
+		}, []string{`container "app": volumeMounts "certs" at /etc/botbox-ca/, where botbox inject mounts its own volume`}},
 		{"app named botbox", func(s *corev1.PodSpec) { s.Containers[0].Name = NameBotBox }, []string{`container "botbox": the name is reserved`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			meta, spec := testPod()
 			tc.mutate(spec)
-			err := Pod(meta, spec, DefaultOptions())
+			o := DefaultOptions()
+			o.Interception = true
+			err := Pod(meta, spec, o)
 			var refused *RefusedError
 			if !errors.As(err, &refused) {
 				t.Fatalf("Pod() = %v, want a refusal", err)
