@@ -167,6 +167,7 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 			}
 		}
 	}
+	pre = append(pre, credentialLeaks(spec, o.Secret)...)
 	if len(pre) > 0 {
 		return &RefusedError{Problems: pre}
 	}
@@ -217,6 +218,46 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 		return &RefusedError{Problems: errs}
 	}
 	return nil
+}
+
+// credentialLeaks finds every way the workload itself reads the Secret
+// holding BotBox's credentials: a volume of its own (secret or projected),
+// an env valueFrom or envFrom of an app or ephemeral container. Anyone who
+// may create Pods in a namespace may read its Secrets this way, so the
+// injector and the webhook refuse it; only the botbox container mounts it.
+func credentialLeaks(spec *corev1.PodSpec, secret string) []error {
+	var errs []error
+	for _, v := range spec.Volumes {
+		if v.Name == VolSecrets {
+			continue
+		}
+		leak := v.Secret != nil && v.Secret.SecretName == secret
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				leak = leak || src.Secret != nil && src.Secret.Name == secret
+			}
+		}
+		if leak {
+			errs = append(errs, fmt.Errorf("volume %q: spec.volumes reads Secret %q, which holds BotBox's credentials; only the botbox container may", v.Name, secret))
+		}
+	}
+	cs := appContainers(spec)
+	for i := range spec.EphemeralContainers {
+		cs = append(cs, (*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon))
+	}
+	for _, c := range cs {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret {
+				errs = append(errs, fmt.Errorf("container %q: env %s valueFrom.secretKeyRef reads Secret %q, which holds BotBox's credentials", c.Name, e.Name, secret))
+			}
+		}
+		for _, e := range c.EnvFrom {
+			if e.SecretRef != nil && e.SecretRef.Name == secret {
+				errs = append(errs, fmt.Errorf("container %q: envFrom.secretRef reads Secret %q, which holds BotBox's credentials", c.Name, secret))
+			}
+		}
+	}
+	return errs
 }
 
 // appContainers are the workload's own regular and init containers.

@@ -181,6 +181,20 @@ func TestInjectRefuses(t *testing.T) {
 		{"mount where the CA goes", func(s *corev1.PodSpec) {
 			s.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "certs", MountPath: CACertDir + "/"}}
 		}, []string{`container "app": volumeMounts "certs" at /etc/botbox-ca/, where botbox inject mounts its own volume`}},
+		{"credential Secret as a volume", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "keys", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: DefaultSecret}}})
+		}, []string{`volume "keys": spec.volumes reads Secret "botbox-secrets"`}},
+		{"credential Secret projected", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: DefaultSecret}}}}}}})
+		}, []string{`volume "p": spec.volumes reads Secret "botbox-secrets"`}},
+		{"credential Secret in env", func(s *corev1.PodSpec) {
+			s.Containers[0].Env = []corev1.EnvVar{{Name: "KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: DefaultSecret}, Key: "openai"}}}}
+		}, []string{`container "app": env KEY valueFrom.secretKeyRef reads Secret "botbox-secrets"`}},
+		{"credential Secret envFrom", func(s *corev1.PodSpec) {
+			s.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: DefaultSecret}}}}
+		}, []string{`container "app": envFrom.secretRef reads Secret "botbox-secrets"`}},
 		{"app named botbox", func(s *corev1.PodSpec) { s.Containers[0].Name = NameBotBox }, []string{`container "botbox": the name is reserved`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

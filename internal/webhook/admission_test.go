@@ -267,6 +267,9 @@ func TestAdmissionRefusals(t *testing.T) {
 			p.Spec.InitContainers[0].SecurityContext = &corev1.SecurityContext{Privileged: new(true)}
 		}, `container "fetch" is privileged`},
 		{"hostNetwork", func(p *corev1.Pod) { p.Spec.HostNetwork = true }, "hostNetwork"},
+		{"reads the credential Secret", func(p *corev1.Pod) {
+			p.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: inject.DefaultSecret}}}}
+		}, `container "agent": envFrom.secretRef reads Secret "botbox-secrets"`},
 		{"fake botbox sidecar as 1337", func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "botbox", Image: "attacker/botbox",
 				SecurityContext: &corev1.SecurityContext{RunAsUser: new(int64(1337))}})
