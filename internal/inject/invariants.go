@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -99,7 +100,7 @@ type Invariant struct {
 // the other objects of a bundle (Namespace, ConfigMap, Secret, NetworkPolicy).
 func Invariants() []Invariant {
 	return []Invariant{
-		{"pod-isolation", "no host namespaces, no shared PID namespace, no hostPath volume; no service account token (Manifest)", false, checkPodIsolation},
+		{"pod-isolation", "no host namespaces, no shared PID namespace, only volume types of Pod Security restricted (no hostPath, nfs, gitRepo, ...); no service account token (Manifest)", false, checkPodIsolation},
 		{"init-order", "iptables-init runs to completion before BotBox, which is a native sidecar (restartPolicy Always); no sidecar starts before the rules", false, checkInitOrder},
 		{"app-uid", "no container other than BotBox's own runs as the exempt UID; the Pod default is not it; apps set their UID (and, Manifest, are non-root)", false, checkAppUID},
 		{"exempt-uid", "BotBox runs as BOTBOX_UID, and only containers of the BotBox image do", false, checkExemptUID},
@@ -154,14 +155,36 @@ func checkPodIsolation(v *podView) error {
 	// Security (which would refuse hostPath at the baseline level) is set to
 	// privileged there: this check is what stands between an app and the node.
 	for _, vol := range s.Volumes {
-		if vol.HostPath != nil {
+		switch kind := volumeKind(vol.VolumeSource); {
+		case vol.HostPath != nil:
 			errs = append(errs, fmt.Errorf("volume %q is a hostPath (spec.volumes[].hostPath): the node's filesystem (its container runtime socket, its netfilter tools) is a way out of the Pod", vol.Name))
+		case !slices.Contains(podVolumeKinds, kind):
+			errs = append(errs, fmt.Errorf("volume %q is of type %s (spec.volumes[].%s): the node mounts or fetches it over its own network, outside the Pod's egress rules; allowed: %v", vol.Name, kind, kind, podVolumeKinds))
 		}
 	}
 	if v.profile == Manifest && !isFalse(s.AutomountServiceAccountToken) {
 		errs = append(errs, errors.New("automountServiceAccountToken must be false: the agent gets no Kubernetes API credential"))
 	}
 	return errors.Join(errs...)
+}
+
+// podVolumeKinds are the volume types Pod Security's restricted level
+// allows: none of them makes the node reach a server the workload names
+// (nfs, iscsi, gitRepo, image and the like do, with the node's network).
+var podVolumeKinds = []string{"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+
+// volumeKind is the JSON name of the source set in vs ("" when none is):
+// found by reflection so that a volume type added to k8s.io/api later is
+// refused until it is listed, never let through unseen.
+func volumeKind(vs corev1.VolumeSource) string {
+	rv := reflect.ValueOf(vs)
+	for i := range rv.NumField() {
+		if f := rv.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+			name, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
+	}
+	return ""
 }
 
 func checkInitOrder(v *podView) error {
