@@ -23,9 +23,11 @@ func TestInjectedExampleKeepsEveryInvariant(t *testing.T) {
 	o.ConfigMap = b.ConfigMaps[0].Name
 	o.Secret = b.Secrets[0].Name
 	// The app as a user would start: without the example's hand-made CA
-	// mount and trust variable (the injector refuses a mount on its path).
+	// mount, trust variable and BotBox volumes (the injector refuses a mount
+	// on its path and a volume of the credential Secret outside botbox).
 	a := app(b)
 	a.VolumeMounts, a.Env = nil, nil
+	d.Spec.Template.Spec.Volumes = nil
 	if err := inject.Pod(&d.Spec.Template.ObjectMeta, &d.Spec.Template.Spec, o); err != nil {
 		t.Fatal(err)
 	}
