@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -279,5 +280,27 @@ func TestYAMLPassThrough(t *testing.T) {
 	got := string(injectYAML(t, []byte(in), DefaultOptions()))
 	if got != in {
 		t.Errorf("got %q, want the input unchanged", got)
+	}
+}
+
+// TestYAMLList: the items of a v1 List (kubectl get -o yaml) are injected
+// like documents of their own.
+func TestYAMLList(t *testing.T) {
+	in := "apiVersion: v1\nkind: List\nmetadata: {resourceVersion: \"\"}\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p}\n  spec:\n    securityContext: {runAsUser: 1000}\n    containers: [{name: app, image: x}]\n- apiVersion: v1\n  kind: Service\n  metadata: {name: s}\n"
+	out := injectYAML(t, []byte(in), DefaultOptions())
+	var l struct {
+		Items []corev1.Pod `json:"items"`
+	}
+	if err := yaml.Unmarshal(out, &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) != 2 || len(l.Items[0].Spec.InitContainers) != 2 || l.Items[1].Kind != "Service" {
+		t.Fatalf("List not injected item by item:\n%s", out)
+	}
+	if again := injectYAML(t, out, DefaultOptions()); !bytes.Equal(again, out) {
+		t.Errorf("List injection not idempotent:\n%s\n---\n%s", out, again)
+	}
+	if err := YAML(strings.NewReader("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: bad}\n  spec: {hostNetwork: true, containers: [{name: a}]}\n"), io.Discard, DefaultOptions()); err == nil || !strings.Contains(err.Error(), "List item 0") {
+		t.Errorf("refusal inside a List: %v", err)
 	}
 }

@@ -58,8 +58,8 @@ var workloads = []workload{
 }
 
 // YAML reads a stream of YAML documents from r and writes them to w, each
-// workload with a Pod template injected (Pod); every other document is
-// copied unchanged, byte for byte. Workloads are decoded strictly into the
+// workload with a Pod template injected (Pod), also inside a v1 List; every
+// other document is copied unchanged, byte for byte. Workloads are decoded strictly into the
 // k8s.io/api types: an unknown or duplicate field is an error, as kubectl
 // apply --validate=strict would make it. Errors name the document (1-based)
 // and the object; nothing is written for a stream with an error.
@@ -109,6 +109,9 @@ func document(doc []byte, o Options) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("not a Kubernetes object: %w", err)
 	}
+	if tm.APIVersion == "v1" && tm.Kind == "List" {
+		return list(doc, o)
+	}
 	var wl *workload
 	for i := range workloads {
 		if workloads[i].apiVersion == tm.APIVersion && workloads[i].kind == tm.Kind {
@@ -127,6 +130,29 @@ func document(doc []byte, o Options) ([]byte, error) {
 		return nil, fmt.Errorf("%s %q: %w", tm.Kind, objectName(obj), err)
 	}
 	return marshalClean(obj)
+}
+
+// list injects every item of a v1 List (what `kubectl get -o yaml` prints).
+func list(doc []byte, o Options) ([]byte, error) {
+	var l struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   json.RawMessage   `json:"metadata,omitempty"`
+		Items      []json.RawMessage `json:"items"`
+	}
+	if err := yaml.UnmarshalStrict(doc, &l); err != nil {
+		return nil, fmt.Errorf("List: %w", err)
+	}
+	for i, it := range l.Items {
+		out, err := document(it, o)
+		if err != nil {
+			return nil, fmt.Errorf("List item %d: %w", i, err)
+		}
+		if l.Items[i], err = yaml.YAMLToJSON(out); err != nil {
+			return nil, fmt.Errorf("List item %d: %w", i, err)
+		}
+	}
+	return yaml.Marshal(&l)
 }
 
 func objectName(obj any) string {
