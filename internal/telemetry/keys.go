@@ -58,3 +58,13 @@ const (
 	KeyGeneration = "generation" // the policy generation in force after a reload
 	KeyKeys       = "keys"       // config keys that changed but need a restart
 )
+
+// Keys of `botbox webhook`'s admission review line.
+const (
+	KeyEndpoint  = "endpoint"  // mutate or validate
+	KeyUID       = "uid"       // the AdmissionReview request's uid
+	KeyNamespace = "namespace" // the Pod's namespace
+	KeyName      = "name"      // the Pod's name (empty for generateName on CREATE)
+	KeyOperation = "operation" // CREATE, UPDATE, ...
+	KeyResult    = "result"    // allowed, patched, denied, invalid
+)

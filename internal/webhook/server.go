@@ -45,16 +45,6 @@ const (
 	PathMetrics  = "/metrics"
 )
 
-// Log keys of the review line.
-const (
-	keyUID       = "uid"
-	keyNamespace = "namespace"
-	keyName      = "name"
-	keyOperation = "operation"
-	keyEndpoint  = "endpoint"
-	keyResult    = "result"
-)
-
 // Metrics are the webhook's Prometheus series.
 type Metrics struct {
 	reviews  *prometheus.CounterVec
@@ -158,9 +148,9 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, mutate bool) {
 	w.Header().Set("Content-Type", "application/json")
 	_, err = w.Write(b)
 	attrs := []any{
-		slog.String(keyEndpoint, endpoint), slog.String(keyUID, string(req.UID)),
-		slog.String(keyNamespace, req.Namespace), slog.String(keyName, req.Name),
-		slog.String(keyOperation, string(req.Operation)), slog.String(keyResult, d.result),
+		slog.String(telemetry.KeyEndpoint, endpoint), slog.String(telemetry.KeyUID, string(req.UID)),
+		slog.String(telemetry.KeyNamespace, req.Namespace), slog.String(telemetry.KeyName, req.Name),
+		slog.String(telemetry.KeyOperation, string(req.Operation)), slog.String(telemetry.KeyResult, d.result),
 	}
 	if d.message != "" {
 		attrs = append(attrs, slog.String(telemetry.KeyReason, d.message))
@@ -176,7 +166,7 @@ func (h *Handler) admit(w http.ResponseWriter, r *http.Request, mutate bool) {
 // (Fail in the chart): the Pod is not admitted.
 func (h *Handler) invalid(w http.ResponseWriter, endpoint string, code int, msg string) {
 	h.Metrics.reviews.WithLabelValues(endpoint, ResultInvalid).Inc()
-	h.Logger.Warn("invalid admission request", slog.String(keyEndpoint, endpoint), slog.Int(telemetry.KeyStatus, code), slog.String(telemetry.KeyError, msg))
+	h.Logger.Warn("invalid admission request", slog.String(telemetry.KeyEndpoint, endpoint), slog.Int(telemetry.KeyStatus, code), slog.String(telemetry.KeyError, msg))
 	http.Error(w, msg, code)
 }
 
