@@ -106,6 +106,20 @@ func review(req *admissionv1.AdmissionRequest, mutate bool, o inject.Options) de
 	if err != nil {
 		return decision{result: ResultDenied, message: err.Error()}
 	}
+	if req.Operation == admissionv1.Update {
+		old, err := decodePod(req.OldObject.Raw)
+		if err != nil {
+			return decision{result: ResultDenied, message: "oldObject: " + err.Error()}
+		}
+		// An update that leaves the spec alone (labels, annotations,
+		// finalizers: the Job controller removing its tracking finalizer)
+		// cannot change what runs, and must pass even for a Pod injected
+		// with other options (an older BotBox image): a patch there would
+		// touch immutable fields and fail the update, leaving the Pod stuck.
+		if equality.Semantic.DeepEqual(old.Spec, pod.Spec) {
+			return decision{result: ResultAllowed}
+		}
+	}
 	orig := pod.DeepCopy()
 	if err := inject.Pod(&pod.ObjectMeta, &pod.Spec, o); err != nil {
 		return decision{result: ResultDenied, message: "botbox: " + err.Error()}

@@ -339,3 +339,32 @@ func TestRequestErrors(t *testing.T) {
 		t.Errorf("unknown Pod field: allowed %v, %+v", resp.Allowed, resp.Result)
 	}
 }
+
+// TestUpdateWithoutSpecChange: an update that changes only metadata (here
+// a finalizer removed, as the Job controller does) passes both endpoints
+// without a patch, even for a Pod injected with other options (an older
+// BotBox image): a patch would hit immutable fields and the Pod would hang.
+func TestUpdateWithoutSpecChange(t *testing.T) {
+	srv := newTestServer(t, testOptions())
+	rev, _ := readReview(t, "testdata/update-pod.json")
+	old := strictPod(t, rev.Request.OldObject.Raw)
+	for i := range old.Spec.InitContainers[:3] {
+		old.Spec.InitContainers[i].Image = "registry.example/botbox:0.9.0"
+	}
+	old.Finalizers = []string{"batch.kubernetes.io/job-tracking"}
+	oldRaw, _ := json.Marshal(old)
+	old.Finalizers = nil
+	newRaw, _ := json.Marshal(old)
+	body := withObject(t, rev, admissionv1.Update, newRaw, oldRaw)
+	for _, path := range []string{PathMutate, PathValidate} {
+		if resp := post(t, srv, path, body); !resp.Allowed || len(resp.Patch) != 0 {
+			t.Errorf("%s: allowed %v, patch %s, %+v; want allowed without a patch", path, resp.Allowed, resp.Patch, resp.Result)
+		}
+	}
+	// The same Pod with a spec change is held to the current options.
+	old.Spec.Containers[0].Image = "python:3.14-slim"
+	changed, _ := json.Marshal(old)
+	if resp := post(t, srv, PathValidate, withObject(t, rev, admissionv1.Update, changed, oldRaw)); resp.Allowed {
+		t.Error("a spec change to a Pod injected with other options was admitted")
+	}
+}
