@@ -300,7 +300,7 @@ func TestYAMLList(t *testing.T) {
 	if again := injectYAML(t, out, DefaultOptions()); !bytes.Equal(again, out) {
 		t.Errorf("List injection not idempotent:\n%s\n---\n%s", out, again)
 	}
-	if err := YAML(strings.NewReader("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: bad}\n  spec: {hostNetwork: true, containers: [{name: a}]}\n"), io.Discard, DefaultOptions()); err == nil || !strings.Contains(err.Error(), "List item 0") {
+	if err := YAML(strings.NewReader("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: bad}\n  spec: {hostNetwork: true, containers: [{name: a}]}\n"), io.Discard, DefaultOptions()); err == nil || !strings.Contains(err.Error(), "item 0 of the List") {
 		t.Errorf("refusal inside a List: %v", err)
 	}
 }

@@ -141,15 +141,15 @@ func list(doc []byte, o Options) ([]byte, error) {
 		Items      []json.RawMessage `json:"items"`
 	}
 	if err := yaml.UnmarshalStrict(doc, &l); err != nil {
-		return nil, fmt.Errorf("List: %w", err)
+		return nil, fmt.Errorf("kind List: %w", err)
 	}
 	for i, it := range l.Items {
 		out, err := document(it, o)
 		if err != nil {
-			return nil, fmt.Errorf("List item %d: %w", i, err)
+			return nil, fmt.Errorf("item %d of the List: %w", i, err)
 		}
 		if l.Items[i], err = yaml.YAMLToJSON(out); err != nil {
-			return nil, fmt.Errorf("List item %d: %w", i, err)
+			return nil, fmt.Errorf("item %d of the List: %w", i, err)
 		}
 	}
 	return yaml.Marshal(&l)
