@@ -50,11 +50,14 @@ type decision struct {
 	patch   []PatchOp
 }
 
-// decodeReview reads an AdmissionReview v1 request strictly.
+// decodeReview reads an AdmissionReview v1 request. The envelope is read
+// leniently: a field a newer API server adds to it cannot change the Pod,
+// and refusing it would stop every Pod of the selected namespaces after a
+// cluster upgrade (failurePolicy: Fail). The Pod itself is strict
+// (decodePod).
 func decodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 	var rev admissionv1.AdmissionReview
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rev); err != nil {
 		return nil, fmt.Errorf("decoding AdmissionReview: %w", err)
 	}
