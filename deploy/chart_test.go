@@ -361,7 +361,7 @@ func checkWebhookDeployment(r *chartRender) error {
 		if !selects(&metav1.LabelSelector{MatchLabels: svc.Spec.Selector}, podLabels) {
 			errs = append(errs, errors.New("the Service does not select the webhook Pods"))
 		}
-		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || resolvePort(c, svc.Spec.Ports[0].TargetPort.IntValue(), svc.Spec.Ports[0].TargetPort.String()) == nil {
+		if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || !declaresPort(c, svc.Spec.Ports[0].TargetPort.IntValue(), svc.Spec.Ports[0].TargetPort.String()) {
 			errs = append(errs, errors.New("the Service must expose 443 on a port the webhook container declares"))
 		}
 	}
@@ -936,4 +936,15 @@ func TestKubernetesDocExamples(t *testing.T) {
 	if psc == nil || psc.RunAsUser == nil || *psc.RunAsUser == 0 || *psc.RunAsUser == exemptUID {
 		t.Error("agent Deployment example: the Pod must set a UID that is neither root nor 1337")
 	}
+}
+
+// declaresPort reports whether container c declares the Service target port
+// given by number n or, when n is 0, by name.
+func declaresPort(c *corev1.Container, n int, name string) bool {
+	for _, p := range c.Ports {
+		if n != 0 && int(p.ContainerPort) == n || n == 0 && p.Name == name {
+			return true
+		}
+	}
+	return false
 }

@@ -332,23 +332,40 @@ func TestImageDefaultConfig(t *testing.T) {
 // `netfilter install`, and it uses the nftables backend (the image has no
 // iptables binaries for the other one, and auto could fall back to it).
 func checkManifestImage(b *bundle) []error {
-	v := newPodView(b)
+	s := spec(b)
+	var caInit, iptablesInit, botbox *corev1.Container
+	for i := range s.InitContainers {
+		switch c := &s.InitContainers[i]; c.Name {
+		case nameCAInit:
+			caInit = c
+		case nameIPTablesInit:
+			iptablesInit = c
+		case nameBotBox:
+			botbox = c
+		}
+	}
 	var errs []error
-	if v.botbox == nil || v.caInit == nil || v.iptablesInit == nil {
+	if botbox == nil || caInit == nil || iptablesInit == nil {
 		return []error{errors.New("the Pod lacks one of ca-init, iptables-init, botbox")}
 	}
-	for _, c := range []*corev1.Container{v.caInit, v.iptablesInit, v.botbox} {
-		if c.Image != v.botbox.Image {
-			errs = append(errs, fmt.Errorf("container %q runs image %q, BotBox %q: one image serves every role", c.Name, c.Image, v.botbox.Image))
+	for _, c := range []*corev1.Container{caInit, iptablesInit, botbox} {
+		if c.Image != botbox.Image {
+			errs = append(errs, fmt.Errorf("container %q runs image %q, BotBox %q: one image serves every role", c.Name, c.Image, botbox.Image))
 		}
 		if len(c.Command) > 0 {
 			errs = append(errs, fmt.Errorf("container %q overrides the entrypoint with %q; the image runs %s and has no shell", c.Name, c.Command, binaryPath))
 		}
 	}
-	if want := []string{"netfilter", "install"}; !slices.Equal(v.iptablesInit.Args, want) {
-		errs = append(errs, fmt.Errorf("iptables-init args %q, want %q", v.iptablesInit.Args, want))
+	if want := []string{"netfilter", "install"}; !slices.Equal(iptablesInit.Args, want) {
+		errs = append(errs, fmt.Errorf("iptables-init args %q, want %q", iptablesInit.Args, want))
 	}
-	if b := v.env[netfilter.EnvBackend]; b != "nftables" {
+	backend := ""
+	for _, e := range iptablesInit.Env {
+		if e.Name == netfilter.EnvBackend {
+			backend = e.Value
+		}
+	}
+	if b := backend; b != "nftables" {
 		errs = append(errs, fmt.Errorf("iptables-init %s=%q, want \"nftables\": the image has no iptables binaries", netfilter.EnvBackend, b))
 	}
 	return errs

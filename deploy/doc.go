@@ -19,10 +19,14 @@
 // sidecar in a podman pod with an app container; they need root, podman,
 // runc and catatonit, fail without them under CI and skip elsewhere.
 //
-// It is a module of its own (go.mod here, test-only, replace => ..), so that
-// k8s.io/* and sigs.k8s.io/yaml stay out of the product's go.mod and go.sum:
-// run `go test ./...` in this directory (.ci/run does). It still imports the
-// product's internal/config and internal/netfilter, which Go allows because
-// the internal rule is by import path and this one is under
+// The Pod-level invariants are internal/inject's (Invariants, CheckPod): the
+// same code `botbox inject` and `botbox webhook` enforce, run here with the
+// stricter Manifest profile; the checks that need the other objects of the
+// manifests (Namespace, ConfigMap, Secret, NetworkPolicy) live here.
+//
+// It is a module of its own (go.mod here, test-only, replace => ..): run
+// `go test ./...` in this directory (.ci/run does). It imports the product's
+// internal/config, internal/netfilter and internal/inject, which Go allows
+// because the internal rule is by import path and this one is under
 // github.com/botbox/botbox.
 package deploy

@@ -145,7 +145,7 @@ func TestImagePod(t *testing.T) {
 	// (deploy/kubernetes/deployment.yaml: nftables backend, IPv6 on, ICMP
 	// dropped, 80 and 443 redirected), so this proves that it works in the
 	// image. The app here uses neither 443 nor interception.
-	for _, e := range newPodView(loadBundle(t)).iptablesInit.Env {
+	for _, e := range container(t, loadBundle(t), nameIPTablesInit).Env {
 		if strings.HasPrefix(e.Name, "BOTBOX_") {
 			initArgs = append(initArgs, "-e", e.Name+"="+e.Value)
 		}

@@ -831,6 +831,41 @@ func TestFieldErrorFormat(t *testing.T) {
 	}
 }
 
+func TestApplyEnvMetricsListenAddr(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env, want, wantErr string
+	}{
+		{env: "", want: "127.0.0.1"},
+		{env: "10.1.2.3", want: "10.1.2.3"},
+		{env: "fd00::7", want: "fd00::7"},
+		{env: "::ffff:10.1.2.3", want: "10.1.2.3"},
+		{env: "pod-ip", wantErr: `BOTBOX_METRICS_LISTEN_ADDR: "pod-ip" is not an IP address`},
+		{env: "fe80::1%eth0", wantErr: "is not an IP address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			t.Parallel()
+			c := mustParse(t, minimal)
+			err := ApplyEnv(c, func(k string) string {
+				if k == "BOTBOX_METRICS_LISTEN_ADDR" {
+					return tt.env
+				}
+				return ""
+			})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ApplyEnv(%q) = %v, want error containing %q", tt.env, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || c.MetricsListenAddr.String() != tt.want {
+				t.Errorf("ApplyEnv(%q) = %v, MetricsListenAddr %v, want %v", tt.env, err, c.MetricsListenAddr, tt.want)
+			}
+		})
+	}
+}
+
 func TestApplyEnv(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -768,6 +768,15 @@ func ApplyEnv(c *Config, getenv func(string) string) error {
 		}
 		c.LogLevel = l
 	}
+	// The injector and the chart set BOTBOX_METRICS_LISTEN_ADDR from the
+	// downward API (status.podIP), which a ConfigMap cannot express.
+	if v := getenv("BOTBOX_METRICS_LISTEN_ADDR"); v != "" {
+		a, err := netip.ParseAddr(v)
+		if err != nil || a.Zone() != "" {
+			return fmt.Errorf("BOTBOX_METRICS_LISTEN_ADDR: %q is not an IP address", v)
+		}
+		c.MetricsListenAddr = a.Unmap()
+	}
 	return nil
 }
 

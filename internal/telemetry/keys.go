@@ -70,3 +70,13 @@ const (
 	// many placeholders were written.
 	KeyPlaceholders = "placeholders"
 )
+
+// Keys of `botbox webhook`'s admission review line.
+const (
+	KeyEndpoint  = "endpoint"  // mutate or validate
+	KeyUID       = "uid"       // the AdmissionReview request's uid
+	KeyNamespace = "namespace" // the Pod's namespace
+	KeyName      = "name"      // the Pod's name (empty for generateName on CREATE)
+	KeyOperation = "operation" // CREATE, UPDATE, ...
+	KeyResult    = "result"    // allowed, patched, denied, invalid
+)
