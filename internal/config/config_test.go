@@ -173,6 +173,7 @@ func TestDefaults(t *testing.T) {
 			CertCacheTTL:        3600 * time.Second,
 			HandshakeTimeout:    5 * time.Second,
 		},
+		DNSGuard: DNSGuard{ListenPort: 8053, MaxTTL: 60 * time.Second},
 		LogLevel: slog.LevelInfo,
 		Timeouts: Timeouts{
 			UpstreamConnect:        10 * time.Second,

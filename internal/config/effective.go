@@ -40,6 +40,14 @@ type effConfig struct {
 
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
+	DNSGuard          effDNSGuard     `yaml:"dns_guard"`
+}
+
+type effDNSGuard struct {
+	Enabled       bool     `yaml:"enabled"`
+	ListenPort    uint16   `yaml:"listen_port"`
+	Upstream      []string `yaml:"upstream,flow"`
+	MaxTTLSeconds int64    `yaml:"max_ttl_seconds"`
 }
 
 type effPolicy struct {
@@ -169,6 +177,11 @@ func (c *Config) Effective() ([]byte, error) {
 	}
 	if in.ListenAddrExplicit {
 		e.HTTPSInterception.ListenAddr = in.ListenAddr.String()
+	}
+	e.DNSGuard = effDNSGuard{Enabled: c.DNSGuard.Enabled, ListenPort: c.DNSGuard.ListenPort,
+		Upstream: []string{}, MaxTTLSeconds: seconds(c.DNSGuard.MaxTTL)}
+	for _, u := range c.DNSGuard.Upstream {
+		e.DNSGuard.Upstream = append(e.DNSGuard.Upstream, u.String())
 	}
 
 	var root yaml.Node

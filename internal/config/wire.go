@@ -38,6 +38,7 @@ type wireConfig struct {
 
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
+	DNSGuard          *wireDNSGuard     `yaml:"dns_guard"`
 }
 
 // wirePolicy is egress_policy.
@@ -94,4 +95,12 @@ type wireInterception struct {
 	CertCacheSize                *int64  `yaml:"cert_cache_size"`
 	CertCacheTTLSeconds          *int64  `yaml:"cert_cache_ttl_seconds"`
 	HandshakeTimeoutMS           *int64  `yaml:"handshake_timeout_ms"`
+}
+
+// wireDNSGuard is dns_guard.
+type wireDNSGuard struct {
+	Enabled       *bool    `yaml:"enabled"`
+	ListenPort    *int64   `yaml:"listen_port"`
+	Upstream      []string `yaml:"upstream"`
+	MaxTTLSeconds *int64   `yaml:"max_ttl_seconds"`
 }

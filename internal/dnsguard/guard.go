@@ -341,3 +341,6 @@ func (g *Guard) Close() {
 		g.logSuppressed(n)
 	}
 }
+
+// Metrics returns the guard's counters.
+func (g *Guard) Metrics() *telemetry.DNSMetrics { return g.opts.Metrics }

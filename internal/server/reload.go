@@ -67,6 +67,11 @@ var restartKeys = []struct {
 	{"https_interception.cert_cache_size", func(c *config.Config) any { return c.Interception.CertCacheSize }},
 	{"https_interception.cert_cache_ttl_seconds", func(c *config.Config) any { return c.Interception.CertCacheTTL }},
 	{"https_interception.handshake_timeout_ms", func(c *config.Config) any { return c.Interception.HandshakeTimeout }},
+	{"dns_guard.enabled", func(c *config.Config) any { return c.DNSGuard.Enabled }},
+	{"dns_guard.listen_port", func(c *config.Config) any { return c.DNSGuard.ListenPort }},
+	// A slice is not comparable: compare its text.
+	{"dns_guard.upstream", func(c *config.Config) any { return fmt.Sprint(c.DNSGuard.Upstream) }},
+	{"dns_guard.max_ttl_seconds", func(c *config.Config) any { return c.DNSGuard.MaxTTL }},
 }
 
 // changedRestartKeys lists the restart keys whose value differs between
