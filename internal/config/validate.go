@@ -59,15 +59,15 @@ const (
 	defaultDownstreamWriteTimeoutSeconds = 60
 
 	defaultInterceptionListenPort = 8443
+	defaultCertTTLSeconds         = 86400
+	defaultCertCacheSize          = 1024
+	defaultCertCacheTTLSeconds    = 3600
+	defaultHandshakeTimeoutMS     = 5000
 
 	defaultDNSGuardListenPort    = 8053
 	defaultDNSGuardMaxTTLSeconds = 60
 	dnsGuardMaxTTLSecondsLimit   = 86400
 	dnsGuardMaxUpstreams         = 8
-	defaultCertTTLSeconds        = 86400
-	defaultCertCacheSize         = 1024
-	defaultCertCacheTTLSeconds   = 3600
-	defaultHandshakeTimeoutMS    = 5000
 
 	maxConnectionsLimit = min(1<<32-1, math.MaxInt) // the reference's u32 (capped on 32-bit platforms)
 	certCacheSizeLimit  = 1 << 20
