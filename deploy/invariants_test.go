@@ -39,6 +39,7 @@ var netfilterEnv = []string{
 	netfilter.EnvHTTPSInterception, netfilter.EnvHTTPSInterceptionPort, netfilter.EnvIPv6,
 	netfilter.EnvNATChain, netfilter.EnvFilterChain, netfilter.EnvWaitSeconds,
 	netfilter.EnvDNSServers, netfilter.EnvDropICMP, netfilter.EnvMetricsPort, netfilter.EnvReject,
+	netfilter.EnvDNSGuardPort,
 }
 
 // trustEnv are the variables through which common runtimes trust an extra CA
