@@ -85,12 +85,17 @@ egress_policy:
   rules:
     - host: blocked.example.test
       action: deny
+    - host: 192.0.2.0/24
+      action: allow
 `})
 	for name, fwd := range map[string]bool{
 		"anything.example.":                true,
 		"api.x.default.svc.cluster.local.": true,
 		"blocked.example.test.":            false,
 		"BLOCKED.example.test.":            false,
+		// An IP literal is never a name to resolve, even when allowed.
+		"203.0.113.7.": false,
+		"192.0.2.1.":   false,
 	} {
 		before := h.up.count()
 		h.ask(t, "udp", name, dns.TypeAAAA)
