@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -116,6 +117,27 @@ func TestDNSGuardContainsExfiltration(t *testing.T) {
 		}
 		if ev := p.httpEvent(t, mark, "/dns-guard"); !slices.Equal(ev.Header["Authorization"], []string{"Bearer " + key}) {
 			t.Errorf("origin saw Authorization %q, want the injected key", ev.Header["Authorization"])
+		}
+	})
+
+	t.Run("init step without the guard: DNS fails closed", func(t *testing.T) {
+		p, _ := apiKeyPod(t, podConfig{ipv6: true, dnsServer: true, installEnv: func(*pod) []string {
+			return []string{"BOTBOX_DNS_GUARD_PORT=" + strconv.Itoa(dnsGuardPort)}
+		}})
+		mark := p.mark(t)
+		for _, resolver := range []netip.AddrPort{p.addr4(53), p.addr6(53)} {
+			for _, tcp := range []bool{false, true} {
+				args := []string{"-addr", resolver.String(), "-name", "exfil-" + randomHex(t, 8) + ".exfil.test", "-qtype", "TXT", "-timeout", "2s"}
+				if tcp {
+					args = append(args, "-tcp")
+				}
+				if res := p.app(t, "dns", args...); res.Connected {
+					t.Errorf("query via %s (tcp=%v) answered (rcode %d) with nothing listening on the guard's port", resolver, tcp, res.Status)
+				}
+			}
+		}
+		if evs := dnsEvents(p.events(t, mark)); len(evs) != 0 {
+			t.Errorf("the DNS server received %s", describe(evs))
 		}
 	})
 
