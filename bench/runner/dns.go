@@ -19,6 +19,8 @@ const (
 	dnsMetrics      = 19093
 	dnsGuardPort    = 18053 // its dns_guard.listen_port
 	dnsUpstreamPort = 18054 // the runner's own upstream resolver
+	dnsFloorPort    = 38081 // the DNS floor's HTTP port (for waitPort)
+	dnsFloorDNSPort = 38053 // the DNS floor: a bare miekg/dns server
 	dnsName         = "api.bench.test."
 )
 
@@ -28,7 +30,11 @@ const (
 // the load CPU) asking for that allowed name back to back. After the first
 // query every answer comes from the guard's cache, so the cell is the
 // guard's own cost per query plus the loopback round trip: p50 and p99 of
-// the client's round trip, queries/s and BotBox CPU per query.
+// the client's round trip, queries/s and BotBox CPU per query. The same
+// client against the floor (bench/floor -dns: a bare miekg/dns server
+// answering from memory, pinned like BotBox), alternated per repeat, gives
+// the round trip without the guard, so the difference is what the guard
+// adds.
 func (r *runner) dnsGuard() error {
 	up, err := startDNSUpstream()
 	if err != nil {
@@ -57,26 +63,44 @@ dns_guard:
 		return err
 	}
 	defer r.stop(p)
-	addr := fmt.Sprint("127.0.0.1:", dnsGuardPort)
-	if _, err := dnsLoop(addr, 0, 1000); err != nil { // warm-up, fills the cache
+	floor, err := r.start("floor-dns", proxyCPU, nil, dnsFloorPort, filepath.Join(r.bin, "floor"),
+		"-listen", fmt.Sprint("127.0.0.1:", dnsFloorPort), "-origin", fmt.Sprintf("https://127.0.0.1:%d", originPort),
+		"-ca", r.path("ca.crt"), "-token", token, "-dns", fmt.Sprint("127.0.0.1:", dnsFloorDNSPort))
+	if err != nil {
 		return err
 	}
+	defer r.stop(floor)
+	targets := map[string]struct {
+		p    *proc
+		addr string
+	}{
+		"botbox": {p, fmt.Sprint("127.0.0.1:", dnsGuardPort)},
+		"floor":  {floor, fmt.Sprint("127.0.0.1:", dnsFloorDNSPort)},
+	}
+	for _, t := range targets {
+		if _, err := dnsLoop(t.addr, 0, 1000); err != nil { // warm-up; fills the guard's cache
+			return err
+		}
+	}
 	for rep := range r.repeats {
-		c := cell{scenario: "dns-guard", target: "botbox", conns: 1, rep: rep}
-		m := r.begin(p)
-		lat, err := dnsLoop(addr, r.dur, 0)
-		if err != nil {
-			c.bad = err.Error()
+		for _, name := range rotate([]string{"botbox", "floor"}, rep) {
+			t := targets[name]
+			c := cell{scenario: "dns-guard", target: name, conns: 1, rep: rep}
+			m := r.begin(t.p)
+			lat, err := dnsLoop(t.addr, r.dur, 0)
+			if err != nil {
+				c.bad = err.Error()
+			}
+			if len(lat) > 0 {
+				slices.Sort(lat)
+				c.requests = int64(len(lat))
+				c.rps = float64(len(lat)) / r.dur.Seconds()
+				c.p50 = float64(lat[len(lat)/2].Nanoseconds()) / 1e3
+				c.p99 = float64(lat[len(lat)*99/100].Nanoseconds()) / 1e3
+			}
+			m.end(&c)
+			r.record(c)
 		}
-		m.end(&c)
-		if len(lat) > 0 {
-			slices.Sort(lat)
-			c.requests = int64(len(lat))
-			c.rps = float64(len(lat)) / r.dur.Seconds()
-			c.p50 = float64(lat[len(lat)/2].Nanoseconds()) / 1e3
-			c.p99 = float64(lat[len(lat)*99/100].Nanoseconds()) / 1e3
-		}
-		r.record(c)
 	}
 	return nil
 }
