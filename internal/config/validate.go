@@ -811,7 +811,8 @@ func (c *checker) dnsGuard(w *wireDNSGuard, cfg *Config) DNSGuard {
 	return g
 }
 
-// ParseResolver parses a dns_guard.upstream entry: an IP address with an
+// ParseResolver parses a dns_guard.upstream entry (errors quote the entry
+// with %q: it may hold any bytes, FuzzParseResolver): an IP address with an
 // optional port ("10.96.0.10", "10.96.0.10:53", "fd00::a", "[fd00::a]:53");
 // port 53 when omitted. Names (which would need DNS to reach DNS), zones,
 // IPv4-mapped addresses, the unspecified address and port 0 are refused.
@@ -821,19 +822,19 @@ func ParseResolver(raw string) (netip.AddrPort, error) {
 	if err != nil {
 		a, aerr := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
 		if aerr != nil {
-			return netip.AddrPort{}, fmt.Errorf("'%s' is not an IP address or IP:port (a resolver is named by address)", clip(raw))
+			return netip.AddrPort{}, fmt.Errorf("%q is not an IP address or IP:port (a resolver is named by address)", clip(raw))
 		}
 		ap = netip.AddrPortFrom(a, 53)
 	}
 	switch a := ap.Addr(); {
 	case a.Zone() != "":
-		return netip.AddrPort{}, fmt.Errorf("'%s' has a zone", clip(raw))
+		return netip.AddrPort{}, fmt.Errorf("%q has a zone", clip(raw))
 	case a.Is4In6():
-		return netip.AddrPort{}, fmt.Errorf("'%s' is an IPv4-mapped IPv6 address; write %s", clip(raw), netip.AddrPortFrom(a.Unmap(), ap.Port()))
+		return netip.AddrPort{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write %s", clip(raw), netip.AddrPortFrom(a.Unmap(), ap.Port()))
 	case a.IsUnspecified():
-		return netip.AddrPort{}, fmt.Errorf("'%s' is the unspecified address", clip(raw))
+		return netip.AddrPort{}, fmt.Errorf("%q is the unspecified address", clip(raw))
 	case ap.Port() == 0:
-		return netip.AddrPort{}, fmt.Errorf("'%s' has port 0", clip(raw))
+		return netip.AddrPort{}, fmt.Errorf("%q has port 0", clip(raw))
 	}
 	return ap, nil
 }
