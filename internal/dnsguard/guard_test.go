@@ -433,7 +433,7 @@ func TestAddrFilter(t *testing.T) {
 }
 
 // TestNameInspector: a name the inspector refuses gets NXDOMAIN and never
-// leaves, even when the policy allows it (and under default allow); the
+// leaves, even when the policy allows it; the
 // decision line does not contain the name.
 func TestNameInspector(t *testing.T) {
 	insp := func(name string) bool { return strings.Contains(strings.ToLower(name), "placeholder-token") }

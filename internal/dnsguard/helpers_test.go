@@ -62,12 +62,24 @@ type recorder struct {
 func newRecorder(t testing.TB) *recorder {
 	t.Helper()
 	r := &recorder{}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	// UDP and TCP on the same port: an ephemeral UDP port may be taken
+	// for TCP, so try a few.
+	var (
+		pc   net.PacketConn
+		ln   net.Listener
+		port int
+		err  error
+	)
+	for range 20 {
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		port = pc.LocalAddr().(*net.UDPAddr).Port
+		if ln, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			break
+		}
+		_ = pc.Close()
 	}
-	port := pc.LocalAddr().(*net.UDPAddr).Port
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		t.Fatal(err)
 	}
