@@ -82,7 +82,7 @@ var allowedInternal = map[string][]string{
 	"netfilter":  {},
 	"listener":   {"telemetry"},
 	"proxy":      {"config", "generation", "hostport", "policy", "rewrite", "secrets", "telemetry", "upstream"},
-	"dnsguard":   {"generation", "hostport", "policy", "telemetry"}, // hostport: the same canonical name the policy judged
+	"dnsguard":   {"generation", "hostport", "policy", "telemetry"},                                                                                                // hostport: the same canonical name the policy judged
 	"server":     {"admin", "config", "dnsguard", "generation", "hostport", "listener", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
