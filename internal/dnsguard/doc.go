@@ -26,9 +26,12 @@
 //   - What is forwarded is a new query built by the guard: a fresh random
 //     ID, the canonical (lower-case) name, class IN, RD, the client's CD
 //     bit and, when the client sent EDNS0, an OPT record with the client's
-//     DO bit and no options (options could carry data). The reply must
-//     match that query (ID, and name, type, class of the question) or it
-//     is ignored (TestUpstreamMismatch).
+//     DO bit and no options (options could carry data). A reply that does
+//     not match that query (ID, and name, type, class of the question), or
+//     whose rcode is not NOERROR or NXDOMAIN, is not used: the next
+//     upstream is asked, and the client gets SERVFAIL when none answers
+//     (TestUpstreamMismatch, TestEDNS0). A truncated UDP reply is asked
+//     again over TCP (TestSanitize).
 //   - The answer keeps the client's ID and question, in the client's case
 //     (0x20), and its owner names that equal the question are written in
 //     the client's case too (TestCase0x20). It carries A, AAAA, CNAME,
@@ -49,9 +52,11 @@
 // cannot fill the disk; the lines left out are counted in a summary line
 // (TestDecisionLogRateLimited).
 //
-// The guard serves UDP and TCP (Guard.Serve on sockets the caller binds);
-// TCP connections are bounded in number, queries per connection and idle
-// time (TestTCPLimits).
+// The guard serves UDP and TCP (Guard.Serve on sockets the caller binds).
+// UDP queries are read into a maxQuerySize buffer; TCP connections are
+// bounded in number (maxTCPConns, TestTCPLimits), queries per connection
+// (maxTCPQueries) and idle time (tcpIdleTimeout), the last two enforced
+// by miekg/dns's server and not tested here.
 //
 // Typical use:
 //
