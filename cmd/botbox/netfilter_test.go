@@ -136,6 +136,11 @@ func TestNetfilterCommand(t *testing.T) {
 				"  Unset BOTBOX_DNS_SERVERS and name BotBox's resolvers in dns_guard.upstream (default: its /etc/resolv.conf).\n",
 		},
 		{
+			name: "remove with dns guard and dns servers", args: []string{"remove"},
+			env:      map[string]string{netfilter.EnvDNSGuardPort: "8053", netfilter.EnvDNSServers: "10.96.0.10"},
+			wantCode: 0, wantStdout: "Removing BotBox iptables rules...\n  iptables: nothing to remove\n  ip6tables: nothing to remove\nBotBox iptables rules removed.\n",
+		},
+		{
 			name: "remove bad dns guard port", args: []string{"remove"}, env: map[string]string{netfilter.EnvDNSGuardPort: "0"},
 			wantCode: 1, wantStderr: "ERROR: BOTBOX_DNS_GUARD_PORT must be a port number from 1 to 65535 (got '0').\n",
 		},

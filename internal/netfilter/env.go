@@ -284,7 +284,7 @@ func parseEnv(lookup func(string) (string, bool), install bool) (Settings, []str
 			"ERROR: BOTBOX_METRICS_PORT and BOTBOX_HTTPS_INTERCEPTION_PORT must differ (both %d).", s.MetricsPort)))
 	}
 	if len(errs) == 0 && s.DNSGuardPort != 0 {
-		errs = append(errs, dnsGuardConflicts(s)...)
+		errs = append(errs, dnsGuardConflicts(s, install)...)
 	}
 	if len(errs) > 0 {
 		return Settings{}, warnings, errors.Join(errs...)
@@ -349,10 +349,12 @@ func envTable() []envVar {
 // dnsGuardConflicts checks BOTBOX_DNS_GUARD_PORT against the other
 // settings: it must differ from every TCP port BotBox listens on (the
 // guard also serves TCP), and BOTBOX_DNS_SERVERS is refused with it
-// rather than ignored: with the guard the app has no direct port 53, so a
-// resolver list there would restrict nothing, and an operator who set it
-// must learn that dns_guard.upstream is now the place.
-func dnsGuardConflicts(s Settings) []error {
+// rather than ignored by install and print: with the guard the app has no
+// direct port 53, so a resolver list there would restrict nothing, and an
+// operator who set it must learn that dns_guard.upstream is now the place.
+// remove does not refuse that combination (removing changes nothing it
+// would mislead about).
+func dnsGuardConflicts(s Settings, install bool) []error {
 	var errs []error
 	for _, o := range []struct {
 		name string
@@ -367,7 +369,7 @@ func dnsGuardConflicts(s Settings) []error {
 			errs = append(errs, checkError(fmt.Sprintf("ERROR: %s and %s must differ (both %d).", EnvDNSGuardPort, o.name, s.DNSGuardPort)))
 		}
 	}
-	if len(s.DNSServers) > 0 {
+	if install && len(s.DNSServers) > 0 {
 		errs = append(errs, checkError(
 			"ERROR: BOTBOX_DNS_SERVERS and BOTBOX_DNS_GUARD_PORT cannot be combined.",
 			"  With the DNS guard every port-53 packet of the app goes to BotBox, so no direct resolver access is left to restrict.",
