@@ -54,9 +54,9 @@
 //
 // The guard serves UDP and TCP (Guard.Serve on sockets the caller binds).
 // UDP queries are read into a maxQuerySize buffer; TCP connections are
-// bounded in number (maxTCPConns, TestTCPLimits), queries per connection
-// (maxTCPQueries) and idle time (tcpIdleTimeout), the last two enforced
-// by miekg/dns's server and not tested here.
+// bounded in number (maxTCPConns, TestTCPLimits), idle time
+// (tcpIdleTimeout, TestTCPIdleClosed) and queries per connection
+// (maxTCPQueries, enforced by miekg/dns's server, not tested here).
 //
 // Typical use:
 //

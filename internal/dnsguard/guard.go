@@ -104,6 +104,7 @@ type Guard struct {
 	limiter *logLimiter
 	ctx     context.Context // cancelled by Close: aborts upstream waits
 	cancel  context.CancelFunc
+	tcpIdle time.Duration // tcpIdleTimeout; tests shorten it
 }
 
 var _ dns.Handler = (*Guard)(nil)
@@ -146,6 +147,7 @@ func New(opts Options) (*Guard, error) {
 		limiter: newLogLimiter(opts.Now),
 		ctx:     ctx,
 		cancel:  cancel,
+		tcpIdle: tcpIdleTimeout,
 	}, nil
 }
 

@@ -1,7 +1,9 @@
 package dnsguard
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -628,6 +630,38 @@ func TestTCPLimits(t *testing.T) {
 		r, err := c2.ReadMsg()
 		return err == nil && rcode(r) == "NXDOMAIN"
 	}, "a connection is admitted once one closed")
+}
+
+// TestTCPIdleClosed: a TCP connection that sends nothing is closed by the
+// guard (after tcpIdle, shortened here; the test waits for the close, it
+// does not time it), and so is one that goes idle after a query.
+func TestTCPIdleClosed(t *testing.T) {
+	h := newHarness(t, harnessOpts{tcpIdle: 50 * time.Millisecond})
+	for _, query := range []bool{false, true} {
+		c, err := net.Dial("tcp", h.tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc := &dns.Conn{Conn: c}
+		if query {
+			m := new(dns.Msg)
+			m.SetQuestion("x.exfil.test.", dns.TypeA)
+			if err := dc.WriteMsg(m); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := dc.ReadMsg(); err != nil || rcode(r) != "NXDOMAIN" {
+				t.Fatalf("query: %v %v", r, err)
+			}
+		}
+		// A safety net against a hang, not the property: the server must
+		// close long before.
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		var b [1]byte
+		if _, err := c.Read(b[:]); !errors.Is(err, io.EOF) {
+			t.Errorf("idle connection (after a query: %v): read %v, want EOF (closed by the guard)", query, err)
+		}
+		_ = c.Close()
+	}
 }
 
 // fakeWriter is a dns.ResponseWriter that keeps the message written.

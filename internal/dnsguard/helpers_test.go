@@ -198,7 +198,8 @@ type harnessOpts struct {
 	policy    string
 	maxTTL    time.Duration
 	timeout   time.Duration
-	noCache   bool // max TTL 0
+	noCache   bool          // max TTL 0
+	tcpIdle   time.Duration // 0: tcpIdleTimeout
 	filter    AddrFilter
 	inspector NameInspector
 }
@@ -229,6 +230,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		t.Fatal(err)
 	}
 	h.g = g
+	if o.tcpIdle > 0 {
+		g.tcpIdle = o.tcpIdle
+	}
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
