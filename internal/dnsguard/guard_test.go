@@ -664,6 +664,59 @@ func TestTCPIdleClosed(t *testing.T) {
 	}
 }
 
+// TestConcurrentQueries runs allowed, denied and cached queries over UDP
+// and TCP from many goroutines while the policy is reloaded, for the race
+// detector: every answer is still the right one for its name (the reload
+// only adds a rule for a name nobody asks).
+func TestConcurrentQueries(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			network := []string{"udp", "tcp"}[g%2]
+			c := dns.Client{Net: network, Timeout: 30 * time.Second}
+			addr := map[string]string{"udp": h.udp, "tcp": h.tcp}[network]
+			for i := range 40 {
+				name, want := fmt.Sprintf("n%d.allowed.test.", i%5), dns.RcodeSuccess
+				if i%3 == 0 {
+					name, want = fmt.Sprintf("g%d-%d.exfil.test.", g, i), dns.RcodeNameError
+				}
+				m := new(dns.Msg)
+				m.SetQuestion(name, dns.TypeA)
+				r, _, err := c.Exchange(m, addr)
+				if err != nil || r.Rcode != want {
+					select {
+					case errs <- fmt.Sprintf("%s %s: %v %v", network, name, r, err):
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range 20 {
+		cfg, err := config.Parse([]byte(testPolicy + fmt.Sprintf("    - host: reload%d.example.test\n      action: allow\n", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.gen.Store(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	for _, n := range h.up.names() {
+		if !strings.HasSuffix(n, ".allowed.test.") {
+			t.Errorf("upstream saw %q", n)
+		}
+	}
+}
+
 // fakeWriter is a dns.ResponseWriter that keeps the message written.
 type fakeWriter struct {
 	local net.Addr
