@@ -44,7 +44,10 @@
 //   - Answers are cached per (name, type, DO, CD); every TTL served is
 //     capped at MaxTTL and counts down in the cache (TestCacheTTL).
 //   - A slow or dead upstream gets SERVFAIL once Timeout has passed, never
-//     a hang (TestUpstreamTimeout).
+//     a hang (TestUpstreamTimeout). At most maxPending queries wait for
+//     upstream answers and maxUpstreamInFlight exchanges run at once;
+//     beyond the first bound a query gets SERVFAIL at once
+//     (TestPendingBounded), so a flood cannot pile up goroutines.
 //
 // Every answer is counted in botbox_dns_queries_total{result} and every
 // locally refused name gets a decision line, rate-limited (a burst of

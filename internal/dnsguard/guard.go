@@ -58,6 +58,10 @@ const (
 	// maxUpstreamInFlight bounds the upstream exchanges in flight; a
 	// query that cannot get a slot before its deadline gets SERVFAIL.
 	maxUpstreamInFlight = 256
+	// maxPending bounds the queries waiting for an upstream answer (each
+	// holds a goroutine for up to Timeout); one more gets SERVFAIL at
+	// once, so a flood of uncached allowed names cannot pile up memory.
+	maxPending = 1024
 	// clientUDPSize is the largest UDP answer the guard sends to an EDNS0
 	// client and announces upstream (the DNS flag day 2020 value, which
 	// avoids IP fragmentation).
@@ -101,6 +105,7 @@ type Guard struct {
 	cache   *cache
 	flight  singleflight.Group
 	slots   chan struct{} // upstream exchanges in flight
+	pending chan struct{} // queries waiting for an upstream answer
 	limiter *logLimiter
 	ctx     context.Context // cancelled by Close: aborts upstream waits
 	cancel  context.CancelFunc
@@ -144,6 +149,7 @@ func New(opts Options) (*Guard, error) {
 		now:     opts.Now,
 		cache:   newCache(opts.CacheSize),
 		slots:   make(chan struct{}, maxUpstreamInFlight),
+		pending: make(chan struct{}, maxPending),
 		limiter: newLogLimiter(opts.Now),
 		ctx:     ctx,
 		cancel:  cancel,

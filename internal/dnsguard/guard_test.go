@@ -312,6 +312,49 @@ func TestUpstreamTimeout(t *testing.T) {
 	}
 }
 
+// TestPendingBounded: with the pending budget full (here 1, a query
+// waiting on a silent upstream), a query for another uncached allowed name
+// gets SERVFAIL at once: the first is still waiting when the second is
+// answered, and both have the same timeout, so the second cannot have
+// timed out. Cached and locally refused names are still answered.
+func TestPendingBounded(t *testing.T) {
+	h := newHarness(t, harnessOpts{pending: 1, timeout: time.Minute})
+	h.ask(t, "udp", "cached.allowed.test.", dns.TypeA)
+	h.up.mu.Lock()
+	h.up.silent = true
+	h.up.mu.Unlock()
+	first := make(chan *dns.Msg, 1)
+	go func() {
+		m := new(dns.Msg)
+		m.SetQuestion("slow.allowed.test.", dns.TypeA)
+		c := dns.Client{Net: "tcp", Timeout: 2 * time.Minute}
+		r, _, _ := c.Exchange(m, h.tcp)
+		first <- r
+	}()
+	eventually.Eventually(t, 10*time.Second, func() bool { return h.up.count() == 2 }, "the first query waits on the upstream")
+	if r := h.ask(t, "udp", "other.allowed.test.", dns.TypeA); rcode(r) != "SERVFAIL" {
+		t.Errorf("second uncached name: %s, want SERVFAIL", rcode(r))
+	}
+	if r := h.ask(t, "udp", "cached.allowed.test.", dns.TypeA); rcode(r) != "NOERROR" || len(r.Answer) != 1 {
+		t.Errorf("cached name: %v", r)
+	}
+	if r := h.ask(t, "udp", "x.exfil.test.", dns.TypeA); rcode(r) != "NXDOMAIN" {
+		t.Errorf("denied name: %s", rcode(r))
+	}
+	select {
+	case r := <-first:
+		t.Fatalf("the first query was answered (%v) before the check", r)
+	default:
+	}
+	if h.up.count() != 2 {
+		t.Errorf("upstream saw %d queries, want 2 (the refused one not sent)", h.up.count())
+	}
+	h.g.Close() // ends the first query's wait (SERVFAIL)
+	if r := <-first; r == nil || rcode(r) != "SERVFAIL" {
+		t.Errorf("first query after Close: %v", r)
+	}
+}
+
 // TestUpstreamMismatch: an upstream reply whose question is not the one
 // asked, or whose rcode is SERVFAIL, is not passed on.
 func TestUpstreamMismatch(t *testing.T) {

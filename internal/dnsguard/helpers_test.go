@@ -200,6 +200,7 @@ type harnessOpts struct {
 	timeout   time.Duration
 	noCache   bool          // max TTL 0
 	tcpIdle   time.Duration // 0: tcpIdleTimeout
+	pending   int           // 0: maxPending
 	filter    AddrFilter
 	inspector NameInspector
 }
@@ -232,6 +233,9 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	h.g = g
 	if o.tcpIdle > 0 {
 		g.tcpIdle = o.tcpIdle
+	}
+	if o.pending > 0 {
+		g.pending = make(chan struct{}, o.pending)
 	}
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {

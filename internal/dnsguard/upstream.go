@@ -18,6 +18,12 @@ func (g *Guard) resolve(key cacheKey) (*dns.Msg, time.Time, error) {
 	if m, exp, ok := g.cache.get(key, now); ok {
 		return m, exp, nil
 	}
+	select {
+	case g.pending <- struct{}{}:
+		defer func() { <-g.pending }()
+	default:
+		return nil, time.Time{}, errTooMany
+	}
 	v, err, _ := g.flight.Do(key.String(), func() (any, error) {
 		m, err := g.exchange(key)
 		if err != nil {
@@ -40,6 +46,9 @@ type cached struct {
 
 // errNoAnswer: no upstream gave a usable answer in time.
 var errNoAnswer = errors.New("no upstream resolver answered")
+
+// errTooMany: maxPending queries are already waiting for upstream answers.
+var errTooMany = errors.New("too many queries waiting for upstream answers")
 
 // exchange asks the upstreams in order, within Timeout in total, and
 // returns the first usable answer (NOERROR or NXDOMAIN matching the
