@@ -110,6 +110,7 @@ type Guard struct {
 	ctx     context.Context // cancelled by Close: aborts upstream waits
 	cancel  context.CancelFunc
 	tcpIdle time.Duration // tcpIdleTimeout; tests shorten it
+	ioWait  time.Duration // ioTimeout; tests shorten it
 }
 
 var _ dns.Handler = (*Guard)(nil)
@@ -154,6 +155,7 @@ func New(opts Options) (*Guard, error) {
 		ctx:     ctx,
 		cancel:  cancel,
 		tcpIdle: tcpIdleTimeout,
+		ioWait:  ioTimeout,
 	}, nil
 }
 

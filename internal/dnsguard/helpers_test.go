@@ -199,7 +199,7 @@ type harnessOpts struct {
 	maxTTL    time.Duration
 	timeout   time.Duration
 	noCache   bool          // max TTL 0
-	tcpIdle   time.Duration // 0: tcpIdleTimeout
+	tcpIdle   time.Duration // 0: tcpIdleTimeout; also the read timeout
 	pending   int           // 0: maxPending
 	filter    AddrFilter
 	inspector NameInspector
@@ -232,7 +232,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	h.g = g
 	if o.tcpIdle > 0 {
-		g.tcpIdle = o.tcpIdle
+		g.tcpIdle, g.ioWait = o.tcpIdle, o.tcpIdle
 	}
 	if o.pending > 0 {
 		g.pending = make(chan struct{}, o.pending)

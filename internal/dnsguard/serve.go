@@ -28,7 +28,9 @@ const (
 	// tcpIdleTimeout closes a TCP connection that sends no query (RFC 7766
 	// suggests seconds).
 	tcpIdleTimeout = 5 * time.Second
-	// ioTimeout bounds reading one query and writing one answer.
+	// ioTimeout bounds reading one query (the first on a TCP connection:
+	// a connection that sends nothing is closed after it) and writing one
+	// answer.
 	ioTimeout = 2 * time.Second
 )
 
@@ -41,12 +43,12 @@ func (g *Guard) Serve(ctx context.Context, pcs []net.PacketConn, lns []net.Liste
 	var servers []*dns.Server
 	for _, pc := range pcs {
 		servers = append(servers, &dns.Server{PacketConn: pc, Net: "udp", Handler: g, UDPSize: maxQuerySize,
-			ReadTimeout: ioTimeout, WriteTimeout: ioTimeout, MsgAcceptFunc: accept})
+			ReadTimeout: g.ioWait, WriteTimeout: g.ioWait, MsgAcceptFunc: accept})
 	}
 	for _, ln := range lns {
 		servers = append(servers, &dns.Server{Listener: &limitListener{Listener: ln, sem: make(chan struct{}, maxTCPConns)},
-			Net: "tcp", Handler: g, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
-			IdleTimeout: func() time.Duration { return tcpIdleTimeout }, MaxTCPQueries: maxTCPQueries, MsgAcceptFunc: accept})
+			Net: "tcp", Handler: g, ReadTimeout: g.ioWait, WriteTimeout: g.ioWait,
+			IdleTimeout: func() time.Duration { return g.tcpIdle }, MaxTCPQueries: maxTCPQueries, MsgAcceptFunc: accept})
 	}
 	errs := make(chan error, len(servers))
 	var wg sync.WaitGroup

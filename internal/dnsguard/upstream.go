@@ -88,12 +88,16 @@ func (g *Guard) exchange(key cacheKey) (*dns.Msg, error) {
 // ask does one exchange with one upstream (UDP, then TCP if truncated).
 func (g *Guard) ask(ctx context.Context, addr string, key cacheKey) (*dns.Msg, error) {
 	q := query(key)
-	c := dns.Client{Net: "udp", UDPSize: clientUDPSize}
-	r, _, err := c.ExchangeContext(ctx, q, addr)
+	// The client's own timeouts (2 s per read by default) would cut a
+	// longer Timeout short: ctx alone bounds the exchange.
+	var budget time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		budget = max(time.Until(dl), time.Millisecond)
+	}
+	r, err := exchangeOnce(ctx, &dns.Client{Net: "udp", UDPSize: clientUDPSize, Timeout: budget}, q, addr)
 	if err == nil && r.Truncated {
 		q = query(key) // a new ID for the new exchange
-		c = dns.Client{Net: "tcp"}
-		r, _, err = c.ExchangeContext(ctx, q, addr)
+		r, err = exchangeOnce(ctx, &dns.Client{Net: "tcp", Timeout: budget}, q, addr)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("asking %s: %w", addr, err)
@@ -106,6 +110,22 @@ func (g *Guard) ask(ctx context.Context, addr string, key cacheKey) (*dns.Msg, e
 	}
 	sanitize(r)
 	return r, nil
+}
+
+// exchangeOnce is c.ExchangeContext that also ends when ctx is cancelled
+// (Close), not only at its deadline: the dns client applies the deadline
+// to the socket but does not watch for cancellation, so the socket is
+// closed under it.
+func exchangeOnce(ctx context.Context, c *dns.Client, q *dns.Msg, addr string) (*dns.Msg, error) {
+	conn, err := c.DialContext(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	r, _, err := c.ExchangeWithConnContext(ctx, q, conn)
+	return r, err
 }
 
 // query builds the message sent upstream for key: a fresh random ID (from
