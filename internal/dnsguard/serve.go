@@ -25,8 +25,8 @@ const (
 	maxTCPConns = 64
 	// maxTCPQueries bounds the queries on one TCP connection.
 	maxTCPQueries = 128
-	// tcpIdleTimeout closes a TCP connection that sends no query (RFC 7766
-	// suggests seconds).
+	// tcpIdleTimeout closes a TCP connection that sends no further query
+	// after an answer (RFC 7766 suggests seconds).
 	tcpIdleTimeout = 5 * time.Second
 	// ioTimeout bounds reading one query (the first on a TCP connection:
 	// a connection that sends nothing is closed after it) and writing one
