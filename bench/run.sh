@@ -17,7 +17,7 @@
 #
 # Optional environment:
 #   REPEATS=N, DURATION=seconds per cell
-#   ONLY=small,post,stream,intercept,sni,idle   scenarios to run (ONLY=hold: set
+#   ONLY=small,post,stream,intercept,sni,idle,dns   scenarios to run (ONLY=hold: set
 #       everything up and wait, for manual experiments)
 #   TARGETS=botbox,nginx  CONNS=16,128          small/post targets and connection counts
 #   BOTBOX_VARIANTS="h1=GODEBUG=http2client=0;gogc400=GOGC=400"

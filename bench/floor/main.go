@@ -4,6 +4,10 @@
 // verification), with no policy, logging or metrics. BotBox must beat it.
 //
 //	floor -listen 127.0.0.1:38080 -origin https://127.0.0.1:18443 -ca ca.crt -token T
+//
+// With -dns ADDR it is also the DNS guard cell's floor: the plain
+// miekg/dns UDP server anyone would write, answering every A query with
+// one fixed record from memory (no policy, no cache, no copies).
 package main
 
 import (
@@ -22,7 +26,11 @@ func main() {
 	origin := flag.String("origin", "https://127.0.0.1:18443", "upstream origin URL")
 	caFile := flag.String("ca", "", "PEM roots for the origin")
 	token := flag.String("token", "", "bearer token to inject")
+	dnsAddr := flag.String("dns", "", "also serve DNS on this UDP address (the DNS cell's floor)")
 	flag.Parse()
+	if *dnsAddr != "" {
+		go serveDNS(*dnsAddr)
+	}
 	target, err := url.Parse(*origin)
 	if err != nil {
 		log.Fatal(err)

@@ -167,6 +167,11 @@ func (r *runner) run() error {
 			return err
 		}
 	}
+	if r.want("dns") {
+		if err := r.dnsGuard(); err != nil {
+			return err
+		}
+	}
 	table := r.table()
 	fmt.Print(table)
 	r.logf("total time %s", time.Since(start).Round(time.Second))

@@ -147,6 +147,21 @@ func (r *runner) table() string {
 		}
 		_ = tw.Flush()
 	}
+	if g := r.group("dns-guard", "botbox", 1); len(g) > 0 {
+		fmt.Fprintf(&b, "\n## DNS guard: allowed, cached name (one UDP client, back to back; floor = bare miekg/dns server)\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "target\tqueries/s\tp50 µs\tp99 µs\tCPU µs/query\t")
+		for _, t := range []string{"botbox", "floor"} {
+			g := r.group("dns-guard", t, 1)
+			if len(g) == 0 {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", t, field(g, rps), field(g, func(c cell) float64 { return c.p50 }),
+				field(g, func(c cell) float64 { return c.p99 }), field(g, cpu))
+		}
+		_ = tw.Flush()
+		fmt.Fprintf(&b, "p50 added by the guard (paired per repeat): %s µs\n", r.dnsAdded())
+	}
 	b.WriteString(r.targetsSummary())
 	if bad := r.invalid(); len(bad) > 0 {
 		fmt.Fprintf(&b, "\nINVALID cells (excluded from the table):\n  %s\n", strings.Join(bad, "\n  "))
@@ -208,10 +223,42 @@ func (r *runner) targetsSummary() string {
 		d := field(g, func(c cell) float64 { return kv(c.extra)["delta_p50_us"] }).med
 		check("first-seen SNI: added p50 (µs)", d, true, "≤ 1000", d <= 1000)
 	}
+	if g := r.group("dns-guard", "botbox", 1); len(g) > 0 {
+		p50 := field(g, func(c cell) float64 { return c.p50 }).med
+		check("DNS guard, allowed cached name: p50 (µs)", p50, true, "≤ 100", p50 <= 100)
+	}
+	if d := r.dnsAddedStat(); d != nil {
+		check("DNS guard, allowed cached name: p50 over the floor (µs)", d.med, true, "info", true)
+	}
 	for _, c := range r.cells {
 		if c.scenario == "idle-10k" && c.target == "botbox" && c.bad == "" {
 			check("10k idle keep-alive conns: BotBox KiB per connection", kv(c.extra)["kib_per_conn"], true, "reported", true)
 		}
 	}
 	return b.String()
+}
+
+// dnsAddedStat is the DNS guard's p50 minus the floor's, paired per
+// repeat; nil without both.
+func (r *runner) dnsAddedStat() *stat {
+	var v []float64
+	for _, a := range r.group("dns-guard", "botbox", 1) {
+		for _, f := range r.group("dns-guard", "floor", 1) {
+			if a.rep == f.rep {
+				v = append(v, a.p50-f.p50)
+			}
+		}
+	}
+	if len(v) == 0 {
+		return nil
+	}
+	s := stats(v)
+	return &s
+}
+
+func (r *runner) dnsAdded() string {
+	if s := r.dnsAddedStat(); s != nil {
+		return s.String()
+	}
+	return "-"
 }

@@ -40,6 +40,9 @@ Environment (empty means the default):
   BOTBOX_DROP_ICMP                 0      1 drops ICMP (ICMPv6 neighbour discovery kept)
   BOTBOX_REJECT                    0      1 refuses blocked packets at once (TCP reset,
                                           ICMP port unreachable) instead of dropping them
+  BOTBOX_DNS_GUARD_PORT            (off)  redirects every port-53 packet of the app to
+                                          BotBox's DNS guard on this port (dns_guard.listen_port);
+                                          excludes BOTBOX_DNS_SERVERS
 
 Only BOTBOX_UID answers handshakes from the proxy, interception and metrics
 ports; everything else the app sends that the rules do not allow is dropped

@@ -63,6 +63,7 @@ func TestNetfilterCommand(t *testing.T) {
 		{name: "unknown", args: []string{"apply"}, wantCode: 2, wantErrHas: `unknown command "apply"`},
 		{name: "help", args: []string{"help"}, wantCode: 0, wantOutHas: "Usage: botbox netfilter"},
 		{name: "help names BOTBOX_REJECT", args: []string{"help"}, wantCode: 0, wantOutHas: "\n  BOTBOX_REJECT                    0      1 refuses"},
+		{name: "help names BOTBOX_DNS_GUARD_PORT", args: []string{"help"}, wantCode: 0, wantOutHas: "\n  BOTBOX_DNS_GUARD_PORT            (off)  redirects every port-53 packet"},
 		{name: "install -h", args: []string{"install", "-h"}, wantCode: 0, wantErrHas: "Usage: botbox netfilter"},
 		{name: "install extra arg", args: []string{"install", "now"}, env: map[string]string{envIPv6: "0"},
 			wantCode: 2, wantErrHas: `unexpected argument "now"`},
@@ -122,6 +123,26 @@ func TestNetfilterCommand(t *testing.T) {
 			wantOutHas: "-A EGRESS_FILTER -p tcp -m addrtype --src-type LOCAL -j REJECT --reject-with tcp-reset\n" +
 				"-A EGRESS_FILTER -m addrtype --src-type LOCAL -j REJECT --reject-with icmp6-port-unreachable\n" +
 				"-A EGRESS_FILTER -j DROP\n",
+		},
+		{
+			name: "print dns guard", args: []string{"print"}, env: map[string]string{envIPv6: "1", netfilter.EnvDNSGuardPort: "8053"},
+			wantCode: 0, wantStdout: printed(map[string]string{envIPv6: "1", netfilter.EnvDNSGuardPort: "8053"}),
+		},
+		{
+			name: "print dns guard with dns servers", args: []string{"print"},
+			env:      map[string]string{envIPv6: "1", netfilter.EnvDNSGuardPort: "8053", netfilter.EnvDNSServers: "10.96.0.10"},
+			wantCode: 1, wantStderr: "ERROR: BOTBOX_DNS_SERVERS and BOTBOX_DNS_GUARD_PORT cannot be combined.\n" +
+				"  With the DNS guard every port-53 packet of the app goes to BotBox, so no direct resolver access is left to restrict.\n" +
+				"  Unset BOTBOX_DNS_SERVERS and name BotBox's resolvers in dns_guard.upstream (default: its /etc/resolv.conf).\n",
+		},
+		{
+			name: "remove with dns guard and dns servers", args: []string{"remove"},
+			env:      map[string]string{netfilter.EnvDNSGuardPort: "8053", netfilter.EnvDNSServers: "10.96.0.10"},
+			wantCode: 0, wantStdout: "Removing BotBox iptables rules...\n  iptables: nothing to remove\n  ip6tables: nothing to remove\nBotBox iptables rules removed.\n",
+		},
+		{
+			name: "remove bad dns guard port", args: []string{"remove"}, env: map[string]string{netfilter.EnvDNSGuardPort: "0"},
+			wantCode: 1, wantStderr: "ERROR: BOTBOX_DNS_GUARD_PORT must be a port number from 1 to 65535 (got '0').\n",
 		},
 		{
 			name: "print reject not a switch", args: []string{"print"}, env: map[string]string{envIPv6: "1", netfilter.EnvReject: "true"},

@@ -175,6 +175,7 @@ func TestDefaults(t *testing.T) {
 			HandshakeTimeout:    5 * time.Second,
 		},
 		Placeholders: Placeholders{Dir: "/var/run/botbox/placeholders"},
+		DNSGuard:     DNSGuard{ListenPort: 8053, MaxTTL: 60 * time.Second},
 		LogLevel:     slog.LevelInfo,
 		Timeouts: Timeouts{
 			UpstreamConnect:        10 * time.Second,

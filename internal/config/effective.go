@@ -42,11 +42,19 @@ type effConfig struct {
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
 	Placeholders      effPlaceholders `yaml:"placeholders"`
+	DNSGuard          effDNSGuard     `yaml:"dns_guard"`
 }
 
 type effPlaceholders struct {
 	Enabled bool   `yaml:"enabled"`
 	Dir     string `yaml:"dir"`
+}
+
+type effDNSGuard struct {
+	Enabled       bool     `yaml:"enabled"`
+	ListenPort    uint16   `yaml:"listen_port"`
+	Upstream      []string `yaml:"upstream,flow"`
+	MaxTTLSeconds int64    `yaml:"max_ttl_seconds"`
 }
 
 type effPolicy struct {
@@ -179,6 +187,11 @@ func (c *Config) Effective() ([]byte, error) {
 		e.HTTPSInterception.ListenAddr = in.ListenAddr.String()
 	}
 	e.Placeholders = effPlaceholders(c.Placeholders)
+	e.DNSGuard = effDNSGuard{Enabled: c.DNSGuard.Enabled, ListenPort: c.DNSGuard.ListenPort,
+		Upstream: []string{}, MaxTTLSeconds: seconds(c.DNSGuard.MaxTTL)}
+	for _, u := range c.DNSGuard.Upstream {
+		e.DNSGuard.Upstream = append(e.DNSGuard.Upstream, u.String())
+	}
 
 	var root yaml.Node
 	if err := root.Encode(&e); err != nil {

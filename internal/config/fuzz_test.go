@@ -61,3 +61,29 @@ func FuzzParse(f *testing.F) {
 		checkRoundTrip(t, c, eff)
 	})
 }
+
+// FuzzParseResolver: ParseResolver never panics; what it accepts is a
+// usable resolver (no zone, not IPv4-mapped, not unspecified, port not 0)
+// and its canonical text parses back to the same address and port.
+func FuzzParseResolver(f *testing.F) {
+	for _, s := range []string{"10.96.0.10", "10.96.0.10:53", "[fd00::a]:5353", "fd00::a", "fe80::1%eth0", "::ffff:1.2.3.4", "0.0.0.0", "x:53", "[::1]", " 1.1.1.1 ", "1.1.1.1:0", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		ap, err := ParseResolver(raw)
+		if err != nil {
+			if strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("error with a line break: %q", err)
+			}
+			return
+		}
+		a := ap.Addr()
+		if !a.IsValid() || a.Zone() != "" || a.Is4In6() || a.IsUnspecified() || ap.Port() == 0 {
+			t.Fatalf("ParseResolver(%q) = %v", raw, ap)
+		}
+		back, err := ParseResolver(ap.String())
+		if err != nil || back != ap {
+			t.Fatalf("ParseResolver(%q) = %v, reparsed %v, %v", raw, ap, back, err)
+		}
+	})
+}

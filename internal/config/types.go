@@ -48,6 +48,8 @@ type Config struct {
 	Interception Interception
 	// Placeholders is the placeholders block; Enabled is false when absent.
 	Placeholders Placeholders
+	// DNSGuard is the dns_guard block; Enabled is false when absent.
+	DNSGuard DNSGuard
 	// UpstreamCAFile is an optional PEM bundle of extra roots trusted for
 	// upstream TLS, added to the system roots ("" = none).
 	UpstreamCAFile string
@@ -225,4 +227,22 @@ type Timeouts struct {
 	// TunnelIdle closes an upgrade tunnel (WebSocket) after this long with
 	// no byte in either direction (default 600s; at least 1s).
 	TunnelIdle time.Duration
+}
+
+// DNSGuard is the dns_guard section: BotBox's DNS responder for the app
+// (package dnsguard), fed by the init rules' port-53 redirect
+// (BOTBOX_DNS_GUARD_PORT).
+type DNSGuard struct {
+	// Enabled serves the guard (default false).
+	Enabled bool
+	// ListenPort is the UDP and TCP port, bound on the proxy's listen_addr
+	// addresses (default 8053).
+	ListenPort uint16
+	// Upstream are the resolvers allowed queries are sent to, in order;
+	// empty (the default) means the nameservers of BotBox's own
+	// /etc/resolv.conf, read at start-up. Port 53 when the entry has none.
+	Upstream []netip.AddrPort
+	// MaxTTL caps every TTL the guard serves and how long it caches an
+	// answer (default 60s; 0 caches nothing).
+	MaxTTL time.Duration
 }

@@ -68,6 +68,11 @@ const (
 	defaultCertCacheTTLSeconds    = 3600
 	defaultHandshakeTimeoutMS     = 5000
 
+	defaultDNSGuardListenPort    = 8053
+	defaultDNSGuardMaxTTLSeconds = 60
+	dnsGuardMaxTTLSecondsLimit   = 86400
+	dnsGuardMaxUpstreams         = 8
+
 	maxConnectionsLimit = min(1<<32-1, math.MaxInt) // the reference's u32 (capped on 32-bit platforms)
 	certCacheSizeLimit  = 1 << 20
 )
@@ -210,6 +215,7 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 	cfg.Policy = c.policy(w.EgressPolicy)
 	cfg.Interception = c.interception(w.HTTPSInterception, cfg)
 	cfg.Placeholders = c.placeholders(w.Placeholders, cfg)
+	cfg.DNSGuard = c.dnsGuard(w.DNSGuard, cfg)
 	cfg.Warnings = c.warnings
 
 	if len(c.problems) > 0 {
@@ -826,4 +832,85 @@ func (c *checker) limits(path string, r *Rule, w wireRule) {
 			r.RateLimit = &RateLimit{RequestsPerSecond: *rl.RequestsPerSecond, Burst: int(burst)}
 		}
 	}
+}
+
+// dnsGuard validates dns_guard. The block's values are checked whether or
+// not it is enabled (unlike https_interception, nothing in it depends on
+// files that may be absent while disabled).
+func (c *checker) dnsGuard(w *wireDNSGuard, cfg *Config) DNSGuard {
+	const base = "dns_guard"
+	g := DNSGuard{ListenPort: defaultDNSGuardListenPort, MaxTTL: defaultDNSGuardMaxTTLSeconds * time.Second}
+	if w == nil {
+		return g
+	}
+	if w.Enabled == nil {
+		c.errorf(base+".enabled", "required key is missing when the dns_guard block is present (true or false)")
+	}
+	g.Enabled = boolean(w.Enabled, false)
+	g.ListenPort = c.port(base+".listen_port", w.ListenPort, defaultDNSGuardListenPort)
+	if g.Enabled && portOK(w.ListenPort) {
+		for _, other := range []struct {
+			key  string
+			port uint16
+			on   bool
+		}{
+			{"listen_port", cfg.ListenPort, true},
+			{"metrics_port", cfg.MetricsPort, true},
+			{"https_interception.listen_port", cfg.Interception.ListenPort, cfg.Interception.Enabled},
+		} {
+			if other.on && other.port == g.ListenPort {
+				c.errorf(base+".listen_port", "dns_guard.listen_port %d collides with %s %d (the guard also listens on TCP)", g.ListenPort, other.key, other.port)
+			}
+		}
+	}
+	g.MaxTTL = c.seconds(base+".max_ttl_seconds", w.MaxTTLSeconds, defaultDNSGuardMaxTTLSeconds, 0, dnsGuardMaxTTLSecondsLimit)
+	if len(w.Upstream) > dnsGuardMaxUpstreams {
+		c.errorf(base+".upstream", "%d resolvers listed; at most %d", len(w.Upstream), dnsGuardMaxUpstreams)
+		return g
+	}
+	seen := map[netip.AddrPort]bool{}
+	for i, raw := range w.Upstream {
+		path := fmt.Sprintf("%s.upstream[%d]", base, i)
+		ap, err := ParseResolver(raw)
+		switch {
+		case err != nil:
+			c.errorf(path, "%v", err)
+		case seen[ap]:
+			c.errorf(path, "'%s' is listed twice", ap)
+		case g.Enabled && ap.Port() == g.ListenPort && (ap.Addr().IsLoopback() || ap.Addr() == cfg.ListenAddr):
+			c.errorf(path, "'%s' is the guard itself; name the resolver the guard forwards to (for example the cluster DNS service, 10.96.0.10:53)", ap)
+		default:
+			seen[ap] = true
+			g.Upstream = append(g.Upstream, ap)
+		}
+	}
+	return g
+}
+
+// ParseResolver parses a dns_guard.upstream entry (errors quote the entry
+// with %q: it may hold any bytes, FuzzParseResolver): an IP address with an
+// optional port ("10.96.0.10", "10.96.0.10:53", "fd00::a", "[fd00::a]:53");
+// port 53 when omitted. Names (which would need DNS to reach DNS), zones,
+// IPv4-mapped addresses, the unspecified address and port 0 are refused.
+func ParseResolver(raw string) (netip.AddrPort, error) {
+	s := strings.TrimSpace(raw)
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		a, aerr := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
+		if aerr != nil {
+			return netip.AddrPort{}, fmt.Errorf("%q is not an IP address or IP:port (a resolver is named by address)", clip(raw))
+		}
+		ap = netip.AddrPortFrom(a, 53)
+	}
+	switch a := ap.Addr(); {
+	case a.Zone() != "":
+		return netip.AddrPort{}, fmt.Errorf("%q has a zone", clip(raw))
+	case a.Is4In6():
+		return netip.AddrPort{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write %s", clip(raw), netip.AddrPortFrom(a.Unmap(), ap.Port()))
+	case a.IsUnspecified():
+		return netip.AddrPort{}, fmt.Errorf("%q is the unspecified address", clip(raw))
+	case ap.Port() == 0:
+		return netip.AddrPort{}, fmt.Errorf("%q has port 0", clip(raw))
+	}
+	return ap, nil
 }

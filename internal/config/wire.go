@@ -41,6 +41,7 @@ type wireConfig struct {
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
 	Placeholders      *wirePlaceholders `yaml:"placeholders"`
+	DNSGuard          *wireDNSGuard     `yaml:"dns_guard"`
 }
 
 // wirePlaceholders is placeholders.
@@ -103,4 +104,12 @@ type wireInterception struct {
 	CertCacheSize                *int64  `yaml:"cert_cache_size"`
 	CertCacheTTLSeconds          *int64  `yaml:"cert_cache_ttl_seconds"`
 	HandshakeTimeoutMS           *int64  `yaml:"handshake_timeout_ms"`
+}
+
+// wireDNSGuard is dns_guard.
+type wireDNSGuard struct {
+	Enabled       *bool    `yaml:"enabled"`
+	ListenPort    *int64   `yaml:"listen_port"`
+	Upstream      []string `yaml:"upstream"`
+	MaxTTLSeconds *int64   `yaml:"max_ttl_seconds"`
 }

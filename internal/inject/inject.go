@@ -402,7 +402,7 @@ func initContainer(o Options) corev1.Container {
 		{Name: netfilter.EnvBackend, Value: "nftables"},
 	}
 	if o.DNSGuard {
-		c.Env = append(c.Env, corev1.EnvVar{Name: EnvDNSGuardPort, Value: strconv.Itoa(DNSGuardPort)})
+		c.Env = append(c.Env, corev1.EnvVar{Name: netfilter.EnvDNSGuardPort, Value: strconv.Itoa(DNSGuardPort)})
 	}
 	c.SecurityContext = &corev1.SecurityContext{
 		RunAsUser: new(int64(0)), RunAsGroup: new(int64(0)), RunAsNonRoot: new(false),

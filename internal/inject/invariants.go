@@ -23,10 +23,6 @@ const (
 	NameBotBox = "botbox"
 )
 
-// EnvDNSGuardPort is the init container's DNS guard redirect port (issue
-// 12), not yet defined by internal/netfilter of this checkout.
-const EnvDNSGuardPort = "BOTBOX_DNS_GUARD_PORT"
-
 // NetfilterEnv is every variable `botbox netfilter install` reads; any
 // other BOTBOX_* name on the init container is a typo (invariant netfilter-env).
 var NetfilterEnv = []string{
@@ -34,7 +30,7 @@ var NetfilterEnv = []string{
 	netfilter.EnvHTTPSInterception, netfilter.EnvHTTPSInterceptionPort, netfilter.EnvIPv6,
 	netfilter.EnvNATChain, netfilter.EnvFilterChain, netfilter.EnvWaitSeconds,
 	netfilter.EnvDNSServers, netfilter.EnvDropICMP, netfilter.EnvMetricsPort, netfilter.EnvReject,
-	netfilter.EnvBackend, EnvDNSGuardPort,
+	netfilter.EnvBackend, netfilter.EnvDNSGuardPort,
 }
 
 // TrustEnv are the variables through which common runtimes trust an extra

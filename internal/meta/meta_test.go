@@ -85,7 +85,8 @@ var allowedInternal = map[string][]string{
 	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "rewrite", "secrets", "telemetry", "upstream"},
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
-	"server":      {"admin", "config", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
+	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                               // hostport: the same canonical name the policy judged
+	"server":      {"admin", "config", "dnsguard", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
 func TestInternalImportRules(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 // BotBox's third listening port for the port-squat rules; BOTBOX_REJECT makes
 // the final deny answer the app (fail fast) instead of dropping silently;
 // BOTBOX_NETFILTER_BACKEND chooses nftables or iptables (backend.go).
+// BOTBOX_DNS_GUARD_PORT sends every port-53 packet of the app to BotBox's
+// DNS guard.
 const (
 	EnvUID                   = "BOTBOX_UID"
 	EnvProxyPort             = "BOTBOX_PROXY_PORT"
@@ -29,6 +31,7 @@ const (
 	EnvMetricsPort           = "BOTBOX_METRICS_PORT"
 	EnvReject                = "BOTBOX_REJECT"
 	EnvBackend               = "BOTBOX_NETFILTER_BACKEND"
+	EnvDNSGuardPort          = "BOTBOX_DNS_GUARD_PORT"
 )
 
 // Limits enforced by ParseEnv.
@@ -99,6 +102,14 @@ type Settings struct {
 	// nftables, iptables or auto, default auto: nftables when the kernel
 	// answers, else iptables). It never changes the rules.
 	Backend Backend
+	// DNSGuardPort, when not 0, redirects every UDP and TCP packet to port
+	// 53 from any UID but UID, whatever its destination address, to this
+	// port on loopback (BotBox's dns_guard.listen_port), and the filter
+	// chain no longer exempts port 53 (BOTBOX_DNS_GUARD_PORT, default
+	// empty: off). It excludes DNSServers: with the guard the app has no
+	// direct port 53 left to restrict (dns_guard.upstream chooses BotBox's
+	// resolvers).
+	DNSGuardPort uint16
 }
 
 // DefaultSettings returns the reference defaults with IPv6 disabled.
@@ -279,6 +290,9 @@ func parseEnv(lookup func(string) (string, bool), install bool) (Settings, []str
 		errs = append(errs, checkError(fmt.Sprintf(
 			"ERROR: BOTBOX_METRICS_PORT and BOTBOX_HTTPS_INTERCEPTION_PORT must differ (both %d).", s.MetricsPort)))
 	}
+	if len(errs) == 0 && s.DNSGuardPort != 0 {
+		errs = append(errs, dnsGuardConflicts(s, install)...)
+	}
 	if len(errs) > 0 {
 		return Settings{}, warnings, errors.Join(errs...)
 	}
@@ -343,7 +357,41 @@ func envTable() []envVar {
 			s.Backend = b
 			return nil
 		}},
+		{EnvDNSGuardPort, portField(EnvDNSGuardPort, func(s *Settings) *uint16 { return &s.DNSGuardPort })},
 	}
+}
+
+// dnsGuardConflicts checks BOTBOX_DNS_GUARD_PORT against the other
+// settings: it must differ from every TCP port BotBox listens on (the
+// guard also serves TCP), and BOTBOX_DNS_SERVERS is refused with it
+// rather than ignored by install and print: with the guard the app has no
+// direct port 53, so a resolver list there would restrict nothing, and an
+// operator who set it must learn that dns_guard.upstream is now the place.
+// remove does not refuse that combination (removing changes nothing it
+// would mislead about).
+func dnsGuardConflicts(s Settings, install bool) []error {
+	var errs []error
+	for _, o := range []struct {
+		name string
+		port uint16
+		on   bool
+	}{
+		{EnvProxyPort, s.ProxyPort, true},
+		{EnvMetricsPort, s.MetricsPort, true},
+		{EnvHTTPSInterceptionPort, s.HTTPSInterceptionPort, s.HTTPSInterception},
+	} {
+		if o.on && o.port == s.DNSGuardPort {
+			errs = append(errs, checkError(fmt.Sprintf("ERROR: %s and %s must differ (both %d).", EnvDNSGuardPort, o.name, s.DNSGuardPort)))
+		}
+	}
+	if install && len(s.DNSServers) > 0 {
+		errs = append(errs, checkError(
+			"ERROR: BOTBOX_DNS_SERVERS and BOTBOX_DNS_GUARD_PORT cannot be combined.",
+			"  With the DNS guard every port-53 packet of the app goes to BotBox, so no direct resolver access is left to restrict.",
+			"  Unset BOTBOX_DNS_SERVERS and name BotBox's resolvers in dns_guard.upstream (default: its /etc/resolv.conf).",
+		))
+	}
+	return errs
 }
 
 func portField(name string, field func(*Settings) *uint16) func(*Settings, string) error {

@@ -48,6 +48,28 @@ var envErrorCases = []struct {
 		wantErr: "ERROR: BOTBOX_NETFILTER_BACKEND must be nftables, iptables or auto (got 'NFTables').",
 	},
 	{
+		name:    "dns guard port not a port",
+		env:     map[string]string{EnvIPv6: "1", EnvDNSGuardPort: "53x"},
+		wantErr: "ERROR: BOTBOX_DNS_GUARD_PORT must be a port number from 1 to 65535 (got '53x').",
+	},
+	{
+		name:    "dns guard port is the proxy port",
+		env:     map[string]string{EnvIPv6: "1", EnvDNSGuardPort: "8080"},
+		wantErr: "ERROR: BOTBOX_DNS_GUARD_PORT and BOTBOX_PROXY_PORT must differ (both 8080).",
+	},
+	{
+		name:    "dns guard port is the interception port",
+		env:     map[string]string{EnvIPv6: "1", EnvHTTPSInterception: "1", EnvDNSGuardPort: "8443"},
+		wantErr: "ERROR: BOTBOX_DNS_GUARD_PORT and BOTBOX_HTTPS_INTERCEPTION_PORT must differ (both 8443).",
+	},
+	{
+		name: "dns guard with dns servers",
+		env:  map[string]string{EnvIPv6: "1", EnvDNSGuardPort: "8053", EnvDNSServers: "10.96.0.10"},
+		wantErr: "ERROR: BOTBOX_DNS_SERVERS and BOTBOX_DNS_GUARD_PORT cannot be combined.\n" +
+			"  With the DNS guard every port-53 packet of the app goes to BotBox, so no direct resolver access is left to restrict.\n" +
+			"  Unset BOTBOX_DNS_SERVERS and name BotBox's resolvers in dns_guard.upstream (default: its /etc/resolv.conf).",
+	},
+	{
 		name:    "ipv6 true",
 		env:     map[string]string{EnvIPv6: "true"},
 		wantErr: "ERROR: BOTBOX_ENABLE_IPV6 must be 0 or 1 (got 'true').",

@@ -11,7 +11,7 @@ import (
 func fuzzEnvVars() []string {
 	return []string{EnvIPv6, EnvUID, EnvProxyPort, EnvRedirectFromPort, EnvHTTPSInterception,
 		EnvHTTPSInterceptionPort, EnvNATChain, EnvFilterChain, EnvWaitSeconds, EnvDNSServers, EnvDropICMP,
-		EnvMetricsPort, EnvReject}
+		EnvMetricsPort, EnvReject, EnvDNSGuardPort}
 }
 
 // checkPayload asserts that a rendered payload has exactly the lines the
@@ -69,7 +69,7 @@ func FuzzParseEnv(f *testing.F) {
 	add := func(env map[string]string) {
 		f.Add(env[EnvIPv6], env[EnvUID], env[EnvProxyPort], env[EnvRedirectFromPort], env[EnvHTTPSInterception],
 			env[EnvHTTPSInterceptionPort], env[EnvNATChain], env[EnvFilterChain], env[EnvWaitSeconds],
-			env[EnvDNSServers], env[EnvDropICMP], env[EnvMetricsPort], env[EnvReject])
+			env[EnvDNSServers], env[EnvDropICMP], env[EnvMetricsPort], env[EnvReject], env[EnvDNSGuardPort])
 	}
 	for _, tc := range envErrorCases {
 		add(tc.env)
@@ -77,8 +77,8 @@ func FuzzParseEnv(f *testing.F) {
 	for _, tc := range envCombinations() {
 		add(tc.env)
 	}
-	f.Fuzz(func(t *testing.T, ipv6, uid, proxyPort, redirectFrom, https, httpsPort, nat, filter, wait, dns, icmp, metricsPort, reject string) {
-		vals := []string{ipv6, uid, proxyPort, redirectFrom, https, httpsPort, nat, filter, wait, dns, icmp, metricsPort, reject}
+	f.Fuzz(func(t *testing.T, ipv6, uid, proxyPort, redirectFrom, https, httpsPort, nat, filter, wait, dns, icmp, metricsPort, reject, dnsGuard string) {
+		vals := []string{ipv6, uid, proxyPort, redirectFrom, https, httpsPort, nat, filter, wait, dns, icmp, metricsPort, reject, dnsGuard}
 		env := map[string]string{}
 		for i, k := range fuzzEnvVars() {
 			env[k] = vals[i]
@@ -111,6 +111,19 @@ func FuzzParseEnv(f *testing.F) {
 				if slices.Contains(r, "REJECT") && (!s.Reject || !slices.Contains(r, "LOCAL")) {
 					t.Fatalf("%v rule %q with BOTBOX_REJECT=%q: REJECT only with BOTBOX_REJECT=1, and only for local sources", fam, r, reject)
 				}
+			}
+		}
+		// With the DNS guard no port-53 packet is exempted in the filter
+		// chain, and the nat chain redirects it before anything else.
+		for _, fam := range rs.Families() {
+			chains := rs.Chains(fam)
+			for _, r := range chains[len(chains)-1].Rules {
+				if s.DNSGuardPort != 0 && slices.Contains(r, "53") && slices.Contains(r, "RETURN") {
+					t.Fatalf("%v filter rule %q exempts port 53 with the DNS guard on", fam, r)
+				}
+			}
+			if s.DNSGuardPort != 0 && !slices.Contains(chains[0].Rules[0], "REDIRECT") {
+				t.Fatalf("%v nat chain starts with %q, not the DNS redirect", fam, chains[0].Rules[0])
 			}
 		}
 		if s.IPv6 != (ipv6 == "1") {

@@ -278,6 +278,9 @@ func printParameters(s Settings, stdout io.Writer) {
 	if len(s.DNSServers) > 0 {
 		fmt.Fprintf(stdout, "  dns_servers=%s (port 53 allowed only to these resolvers)\n", joinAddrs(s.DNSServers))
 	}
+	if s.DNSGuardPort != 0 {
+		fmt.Fprintf(stdout, "  dns_guard_port=%d (every port-53 packet of the app goes to BotBox's DNS guard)\n", s.DNSGuardPort)
+	}
 	if s.DropICMP {
 		fmt.Fprintln(stdout, "  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery kept)")
 	}

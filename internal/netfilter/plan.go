@@ -150,7 +150,9 @@ func squatRules(s Settings) []Rule {
 // of the reference's TCP and UDP DROPs, ICMP returned explicitly unless
 // BOTBOX_DROP_ICMP=1, MLD limited to solicited-node reports), the
 // port-squat rules in front, the optional BOTBOX_DNS_SERVERS restriction,
-// and with BOTBOX_REJECT=1 REJECT rules before the final DROP. It is pure.
+// with BOTBOX_DNS_GUARD_PORT the port-53 redirect to the DNS guard instead
+// of any port-53 exemption, and with BOTBOX_REJECT=1 REJECT rules before
+// the final DROP. It is pure.
 func Plan(s Settings) Ruleset {
 	rs := Ruleset{IPv4: planFamily(s, IPv4)}
 	if s.IPv6 {
@@ -176,6 +178,16 @@ func planFamily(s Settings, f Family) []Chain {
 			{"-p", "tcp", "-m", "tcp", "--dport", port(s.RedirectFromPort), "-j", "REDIRECT", "--to-ports", port(s.ProxyPort)},
 		},
 		Jump: Rule{"-p", "tcp", "-j", s.NATChain},
+	}
+	if s.DNSGuardPort != 0 {
+		// Before "-o lo -j RETURN": a resolver on loopback (127.0.0.53,
+		// ::1) must not be a way around the guard. BotBox's own queries
+		// are excluded by the negated owner match. UDP must now enter the
+		// chain too, so the jump takes every protocol (the chain's other
+		// rules name tcp themselves). TestPlanDNSGuard and the e2e
+		// TestDNSGuardContainsExfiltration hold this.
+		nat.Rules = append(dnsGuardRules(s), nat.Rules...)
+		nat.Jump = Rule{"-j", s.NATChain}
 	}
 	if s.HTTPSInterception {
 		// HTTPS goes to the interception listener.
@@ -205,7 +217,12 @@ func planFamily(s Settings, f Family) []Chain {
 		// redirected packets reach BotBox.
 		Rule{"-d", loopback, "-j", "RETURN"},
 	)
-	filter.Rules = append(filter.Rules, dnsRules(s.DNSServers, f)...)
+	if s.DNSGuardPort == 0 {
+		// With the guard, port 53 gets no exemption: every app packet to
+		// it was redirected to loopback (returned above), so any that was
+		// not (a conntrack entry from before the rules) is dropped.
+		filter.Rules = append(filter.Rules, dnsRules(s.DNSServers, f)...)
+	}
 	if f == IPv6 {
 		filter.Rules = append(filter.Rules, mldRules()...)
 	}
@@ -263,6 +280,18 @@ func finalDeny(s Settings, f Family) []Rule {
 		{"-p", "tcp", "-m", "addrtype", "--src-type", "LOCAL", "-j", "REJECT", "--reject-with", "tcp-reset"},
 		{"-m", "addrtype", "--src-type", "LOCAL", "-j", "REJECT", "--reject-with", unreachable},
 		{"-j", "DROP"},
+	}
+}
+
+// dnsGuardRules redirect every UDP and TCP packet to port 53, from any
+// UID but BotBox's and to any address, to the DNS guard on loopback (the
+// REDIRECT target maps locally generated packets to 127.0.0.1 and ::1).
+func dnsGuardRules(s Settings) []Rule {
+	uid := strconv.FormatUint(uint64(s.UID), 10)
+	to := strconv.Itoa(int(s.DNSGuardPort))
+	return []Rule{
+		{"-p", "udp", "-m", "owner", "!", "--uid-owner", uid, "-m", "udp", "--dport", "53", "-j", "REDIRECT", "--to-ports", to},
+		{"-p", "tcp", "-m", "owner", "!", "--uid-owner", uid, "-m", "tcp", "--dport", "53", "-j", "REDIRECT", "--to-ports", to},
 	}
 }
 

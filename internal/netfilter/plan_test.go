@@ -82,6 +82,17 @@ func envCombinations() []envCase {
 			env:  map[string]string{EnvIPv6: v6, EnvReject: "1"},
 		})
 	}
+	// BOTBOX_DNS_GUARD_PORT: per family alone, and with every other
+	// option it combines with (BOTBOX_DNS_SERVERS excludes it).
+	for _, v6 := range []string{"0", "1"} {
+		out = append(out, envCase{
+			name: "ipv6-" + v6 + "_dnsguard-1",
+			env:  map[string]string{EnvIPv6: v6, EnvDNSGuardPort: "8053"},
+		})
+	}
+	guard := customEnv()
+	guard[EnvIPv6], guard[EnvHTTPSInterception], guard[EnvDropICMP], guard[EnvReject], guard[EnvDNSGuardPort] = "1", "1", "1", "1", "15353"
+	out = append(out, envCase{name: "ipv6-1_https-1_custom-1_icmp-1_reject-1_dnsguard-1", env: guard})
 	all := customEnv()
 	all[EnvIPv6], all[EnvHTTPSInterception], all[EnvDNSServers], all[EnvDropICMP], all[EnvReject] = "1", "1", "10.96.0.10, fd00:10::a", "1", "1"
 	out = append(out, envCase{name: "ipv6-1_https-1_custom-1_dns-1_icmp-1_reject-1", env: all})

@@ -186,8 +186,12 @@ func denial(s Settings, f Family, proto string) string {
 	}
 }
 
-// dnsTarget is a resolver of family f the settings allow, or dst.
+// dnsTarget is a resolver of family f the settings allow, or dst; none
+// with the DNS guard (TestPlanDNSGuard: port 53 is redirected instead).
 func dnsTarget(s Settings, f Family, dst netip.Addr) netip.Addr {
+	if s.DNSGuardPort != 0 {
+		return netip.Addr{}
+	}
 	if len(s.DNSServers) == 0 {
 		return dst
 	}
@@ -340,4 +344,91 @@ func filterRules(rs Ruleset, f Family) []Rule {
 		}
 	}
 	return nil
+}
+
+// natVerdict evaluates the nat chain of family f for p as the kernel
+// does for a connection's first packet: OUTPUT's jump (its protocol match
+// included), then the chain's first matching rule; "" when the packet is
+// not redirected (no jump, RETURN, or the end of the chain).
+func natVerdict(t *testing.T, rs Ruleset, f Family, p packet) string {
+	t.Helper()
+	for _, c := range rs.Chains(f) {
+		if c.Table != TableNAT {
+			continue
+		}
+		if !matches(t, c.Jump, p) {
+			return ""
+		}
+		for _, r := range c.Rules {
+			if matches(t, r, p) {
+				if v := strings.Join(r[slices.Index(r, "-j")+1:], " "); v != "RETURN" {
+					return v
+				}
+				return ""
+			}
+		}
+		return ""
+	}
+	t.Fatalf("no nat chain for %v", f)
+	return ""
+}
+
+// TestPlanDNSGuard: with BOTBOX_DNS_GUARD_PORT every UDP and TCP packet to
+// port 53 from any UID but BotBox's is redirected to the guard, whatever
+// its destination (the Pod's resolver, one the app picks, a resolver on
+// loopback); BotBox's own queries are not; HTTP is still redirected to the
+// proxy; and no direct port 53 stays open in the filter chain, while the
+// redirected packet (now to loopback) passes. Without the variable, port
+// 53 is not redirected (the reference's behaviour).
+func TestPlanDNSGuard(t *testing.T) {
+	for _, tc := range envCombinations() {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustParseEnv(t, tc.env)
+			rs := Plan(s)
+			for _, f := range rs.Families() {
+				dsts := []string{"10.96.0.10", "192.0.2.53", "127.0.0.53", "127.0.0.1"}
+				loopback := netip.MustParseAddr("127.0.0.1")
+				if f == IPv6 {
+					dsts = []string{"fd00:10::a", "2001:db8::53", "::1"}
+					loopback = netip.IPv6Loopback()
+				}
+				for _, d := range dsts {
+					dst := netip.MustParseAddr(d)
+					for _, proto := range []string{"udp", "tcp"} {
+						app := packet{proto: proto, dst: dst, uid: 1000, sport: 40000, dport: 53, outLo: dst.IsLoopback()}
+						got := natVerdict(t, rs, f, app)
+						want := ""
+						if s.DNSGuardPort != 0 {
+							want = "REDIRECT --to-ports " + strconv.Itoa(int(s.DNSGuardPort))
+						}
+						if got != want {
+							t.Errorf("%v: app %s to [%s]:53: nat %q, want %q", f, proto, dst, got, want)
+						}
+						own := app
+						own.uid = int(s.UID)
+						if got := natVerdict(t, rs, f, own); got != "" {
+							t.Errorf("%v: BotBox's %s to [%s]:53 redirected: %q", f, proto, dst, got)
+						}
+						if s.DNSGuardPort == 0 || dst.IsLoopback() {
+							continue
+						}
+						// A port-53 packet that escaped the redirect is dropped.
+						if v := verdict(t, rs, f, app); v != denial(s, f, proto) {
+							t.Errorf("%v: unredirected app %s to [%s]:53: %s, want %s", f, proto, dst, v, denial(s, f, proto))
+						}
+						// The redirected one (destination now loopback) passes.
+						redirected := app
+						redirected.dst, redirected.dport = loopback, s.DNSGuardPort
+						if v := verdict(t, rs, f, redirected); v != "RETURN" {
+							t.Errorf("%v: redirected app %s: %s, want RETURN", f, proto, v)
+						}
+					}
+				}
+				http := packet{proto: "tcp", dst: netip.MustParseAddr(dsts[1]), uid: 1000, sport: 40000, dport: s.RedirectFromPort}
+				if got, want := natVerdict(t, rs, f, http), "REDIRECT --to-ports "+strconv.Itoa(int(s.ProxyPort)); got != want {
+					t.Errorf("%v: app HTTP: nat %q, want %q", f, got, want)
+				}
+			}
+		})
+	}
 }

@@ -130,3 +130,43 @@ func FuzzAllowsName(f *testing.F) {
 		}
 	})
 }
+
+// TestNameRuleMatchesAllowsName: NameRule's allowed is AllowsName, and its
+// rule is the one Decide picks for the canonical name (nil when no rule
+// names it), which the DNS guard hands to its address filter.
+func TestNameRuleMatchesAllowsName(t *testing.T) {
+	p := newPolicy(t, config.ActionDeny,
+		allowRule("api.openai.com"),
+		allowRule("*.example.test"),
+		denyRule("bad.example.test"),
+	)
+	allow := newPolicy(t, config.ActionAllow, denyRule("blocked.example"))
+	tests := []struct {
+		p        *Policy
+		name     string
+		wantRule string // "" = nil
+		want     bool
+	}{
+		{p, "API.openai.com.", "api.openai.com", true},
+		{p, "x.y.example.test", "*.example.test", true},
+		{p, "bad.example.test", "bad.example.test", false},
+		{p, "other.example", "", false},
+		{p, "bad name", "", false},
+		{allow, "anything.example", "", true},
+		{allow, "blocked.example", "blocked.example", false},
+		{nil, "api.openai.com", "", false},
+	}
+	for _, tt := range tests {
+		r, ok := tt.p.NameRule(tt.name)
+		if ok != tt.want || ok != tt.p.AllowsName(tt.name) {
+			t.Errorf("NameRule(%q) allowed = %v, want %v (= AllowsName)", tt.name, ok, tt.want)
+		}
+		got := ""
+		if r != nil {
+			got = r.Host
+		}
+		if got != tt.wantRule {
+			t.Errorf("NameRule(%q) rule = %q, want %q", tt.name, got, tt.wantRule)
+		}
+	}
+}

@@ -500,15 +500,24 @@ func (p *Policy) AllowsHost(host string) bool {
 // IDNA spelling cannot dodge a deny rule); a name that does not parse is not
 // allowed. A nil *Policy allows nothing.
 func (p *Policy) AllowsName(name string) bool {
+	_, ok := p.NameRule(name)
+	return ok
+}
+
+// NameRule is AllowsName that also returns the rule matching name (nil
+// when no rule names it, including when the default action allows it), so
+// that the DNS guard can apply that rule's address opt-ins to the answer.
+// allowed is exactly AllowsName(name) (TestNameRuleMatchesAllowsName).
+func (p *Policy) NameRule(name string) (r *Rule, allowed bool) {
 	if p == nil {
-		return false
+		return nil, false
 	}
 	canon, err := hostport.ParseHost(name)
 	if err != nil {
-		return false
+		return nil, false
 	}
 	if r := p.match(canon); r != nil {
-		return r.Action == config.ActionAllow
+		return r, r.Action == config.ActionAllow
 	}
-	return p.defaultAllow
+	return nil, p.defaultAllow
 }

@@ -70,6 +70,11 @@ var restartKeys = []struct {
 	{"https_interception.handshake_timeout_ms", func(c *config.Config) any { return c.Interception.HandshakeTimeout }},
 	{"placeholders.enabled", func(c *config.Config) any { return c.Placeholders.Enabled }},
 	{"placeholders.dir", func(c *config.Config) any { return c.Placeholders.Dir }},
+	{"dns_guard.enabled", func(c *config.Config) any { return c.DNSGuard.Enabled }},
+	{"dns_guard.listen_port", func(c *config.Config) any { return c.DNSGuard.ListenPort }},
+	// A slice is not comparable: compare its text.
+	{"dns_guard.upstream", func(c *config.Config) any { return fmt.Sprint(c.DNSGuard.Upstream) }},
+	{"dns_guard.max_ttl_seconds", func(c *config.Config) any { return c.DNSGuard.MaxTTL }},
 }
 
 // changedRestartKeys lists the restart keys whose value differs between

@@ -206,6 +206,15 @@ func TestRestartKeysCoverConfig(t *testing.T) {
 					continue
 				}
 				v.Set(reflect.ValueOf(netip.MustParseAddr("192.0.2.1")))
+			case reflect.Slice:
+				if f.Type != reflect.TypeFor[[]netip.AddrPort]() {
+					if live[name] {
+						continue
+					}
+					t.Errorf("%s: slice type %s not handled by the test", name, f.Type)
+					continue
+				}
+				v.Set(reflect.ValueOf([]netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:53")}))
 			default:
 				if !live[name] {
 					t.Errorf("%s: kind %s not handled by the test", name, v.Kind())

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/botbox/botbox/internal/admin"
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/dnsguard"
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/listener"
 	"github.com/botbox/botbox/internal/mitm"
@@ -72,6 +74,18 @@ type Options struct {
 	Getenv func(string) string
 	// LogLevel, when set, follows log_level (and BOTBOX_LOG_LEVEL) at reload.
 	LogLevel *slog.LevelVar
+	// ListenPacket binds the DNS guard's UDP sockets (default
+	// net.ListenPacket).
+	ListenPacket func(network, address string) (net.PacketConn, error)
+	// ResolvConf is the file whose nameservers the DNS guard forwards to
+	// when dns_guard.upstream is empty (default /etc/resolv.conf).
+	ResolvConf string
+	// DNSAddrFilter, when set, removes the addresses it refuses from the
+	// DNS guard's answers (the address guard).
+	DNSAddrFilter dnsguard.AddrFilter
+	// DNSNameInspector, when set, can refuse a query name before the
+	// policy is asked (the placeholder tripwire).
+	DNSNameInspector dnsguard.NameInspector
 }
 
 // Admin port bounds. The port is reachable by the app by design, so it must
@@ -96,6 +110,10 @@ type Addrs struct {
 	// MetricsLoopback is the extra 127.0.0.1 admin listener bound when
 	// metrics_listen_addr does not cover 127.0.0.1 itself (nil otherwise).
 	MetricsLoopback net.Addr
+	// DNSUDP and DNSTCP are the DNS guard's sockets (empty when it is
+	// disabled).
+	DNSUDP []net.Addr
+	DNSTCP []net.Addr
 }
 
 // Server is one BotBox process.
@@ -115,6 +133,9 @@ type Server struct {
 	requests     chan struct{}       // max_concurrent_requests permits
 	gen          *generation.Current // the policy generation in force
 	transport    *upstream.Transport // upstream; its idle connections close at reload
+	dns          *dnsguard.Guard     // nil unless dns_guard.enabled
+	dnsPCs       []net.PacketConn    // bound by bind, served by Run
+	dnsLns       []net.Listener
 
 	reloadMu   sync.Mutex
 	lastConfig []byte         // the config file's bytes last read (reloadMu)
@@ -142,6 +163,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	if opts.Listen == nil {
 		opts.Listen = net.Listen
+	}
+	if opts.ListenPacket == nil {
+		opts.ListenPacket = net.ListenPacket
+	}
+	if opts.ResolvConf == "" {
+		opts.ResolvConf = "/etc/resolv.conf"
 	}
 	// opts.Logger carries no target; each component adds its own.
 	s := &Server{
@@ -250,6 +277,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("configuring HTTPS interception: %w", err)
 		}
 	}
+	if cfg.DNSGuard.Enabled {
+		if s.dns, err = s.newDNSGuard(); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -302,7 +334,7 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	}
 	if s.opts.ProbeKeyFile != "" {
 		if err := admin.WriteProbeKey(s.opts.ProbeKeyFile, s.probeKey); err != nil {
-			closeAll(servers)
+			s.closeAll(servers)
 			return err
 		}
 		defer os.Remove(s.opts.ProbeKeyFile)
@@ -317,6 +349,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	s.logger.Info("metrics server listening", slog.String(telemetry.KeyAddr, s.addrs.Metrics.String()))
 	if s.addrs.MetricsLoopback != nil {
 		s.logger.Info("metrics server listening for loopback probes", slog.String(telemetry.KeyAddr, s.addrs.MetricsLoopback.String()))
+	}
+	for _, a := range append(slices.Clone(s.addrs.DNSUDP), s.addrs.DNSTCP...) {
+		s.logger.Info("DNS guard listening", slog.String(telemetry.KeyAddr, a.Network()+"://"+a.String()))
 	}
 
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -346,15 +381,22 @@ func (s *Server) Run(ctx context.Context) (err error) {
 	for _, ns := range servers {
 		n += len(ns.lns)
 	}
-	// One slot per listener: every serveListener can report and exit
-	// without a reader, so wg.Wait never blocks on the channel.
-	serveErr := make(chan error, n)
+	// One slot per listener and one for the DNS guard: every
+	// serveListener can report and exit without a reader, so wg.Wait
+	// never blocks on the channel.
+	serveErr := make(chan error, n+1)
 	var wg sync.WaitGroup
 	for _, ns := range servers {
 		for _, ln := range ns.lns {
 			wg.Add(1)
 			go serveListener(&wg, ns, ln, serveErr)
 		}
+	}
+	dnsCtx, stopDNS := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDNS()
+	if s.dns != nil {
+		wg.Add(1)
+		go serveDNS(dnsCtx, &wg, s.dns, s.dnsPCs, s.dnsLns, serveErr)
 	}
 	s.serving.Store(true)
 	s.boundOnce.Do(func() { close(s.bound) })
@@ -367,17 +409,25 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		s.failed.Store(true)
 		s.logger.Error("listener failed, shutting down", slog.String(telemetry.KeyError, runErr.Error()))
 	}
+	// The DNS guard has nothing to drain: it stops with the drain's start.
+	stopDNS()
 	s.shutdown(servers, limit)
 	wg.Wait()
 	s.logger.Info("proxy server stopped")
 	return runErr
 }
 
-func closeAll(servers []*namedServer) {
+func (s *Server) closeAll(servers []*namedServer) {
 	for _, ns := range servers {
 		for _, ln := range ns.lns {
 			_ = ln.Close()
 		}
+	}
+	for _, pc := range s.dnsPCs {
+		_ = pc.Close()
+	}
+	for _, ln := range s.dnsLns {
+		_ = ln.Close()
 	}
 }
 
@@ -388,7 +438,7 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 	cfg := s.cfg
 	defer func() {
 		if err != nil {
-			closeAll(servers)
+			s.closeAll(servers)
 		}
 	}()
 	metricsLns, err := s.bindMetrics()
@@ -448,6 +498,11 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 			s.addrs.Intercept = append(s.addrs.Intercept, ln.Addr())
 		}
 		servers = append(servers, icSrv)
+	}
+	if s.dns != nil {
+		if err := s.bindDNS(); err != nil {
+			return servers, nil, err
+		}
 	}
 	return servers, limit, nil
 }

@@ -114,7 +114,18 @@ type podConfig struct {
 	extraConfig string
 	// placeholders turns placeholders on, in <dir>/placeholders.
 	placeholders bool
+	// dnsServer makes the origin a DNS server on port 53 of its addresses
+	// (e2e-origin -dns), answering api.example.test and recording every
+	// query; the pod's resolv.conf already names it.
+	dnsServer bool
+	// dnsGuard enables dns_guard in BotBox's config (listen_port
+	// dnsGuardPort, upstream: the pod's resolv.conf) and sets
+	// BOTBOX_DNS_GUARD_PORT for the init step.
+	dnsGuard bool
 }
+
+// dnsGuardPort is dns_guard.listen_port and BOTBOX_DNS_GUARD_PORT.
+const dnsGuardPort = 8053
 
 // pod is one "pod" namespace and its "net" namespace, with everything
 // running in them.
@@ -301,6 +312,9 @@ func (p *pod) startOrigin(t *testing.T) {
 	if p.cfg.icmp6 {
 		argv = append(argv, "-icmp6")
 	}
+	if p.cfg.dnsServer {
+		argv = append(argv, "-dns", "-dns-answer", hostAPI+"="+p.netIP4.String(), "-dns-answer", hostAPI+"="+p.netIP6.String())
+	}
 	p.origin = startProc(t, "origin", p.dir, nil, argv...)
 	deadline := time.Now().Add(startupTimeout)
 	for {
@@ -322,6 +336,9 @@ func (p *pod) installEnv() []string {
 	}
 	if p.cfg.interception {
 		env = append(env, "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1")
+	}
+	if p.cfg.dnsGuard {
+		env = append(env, "BOTBOX_DNS_GUARD_PORT="+strconv.Itoa(dnsGuardPort))
 	}
 	if p.cfg.installEnv != nil {
 		env = append(env, p.cfg.installEnv(p)...)
@@ -390,6 +407,11 @@ func (p *pod) writeConfig(t *testing.T) {
 		}
 		fmt.Fprintf(&b, "placeholders:\n  enabled: true\n  dir: %q\n", filepath.Join(p.dir, "placeholders"))
 	}
+	if p.cfg.dnsGuard {
+		// No upstream: the guard forwards to the pod's resolv.conf
+		// nameserver (the origin's DNS server), as in a real Pod.
+		fmt.Fprintf(&b, "dns_guard:\n  enabled: true\n  listen_port: %d\n", dnsGuardPort)
+	}
 	p.configPath = filepath.Join(p.dir, "botbox.yaml")
 	writeFile(t, p.configPath, []byte(b.String()), 0o644)
 }
@@ -405,6 +427,12 @@ func (p *pod) startBotBox(t *testing.T) {
 	addrs := []string{"127.0.0.1:9090", "127.0.0.1:8080", "[::1]:8080"}
 	if p.cfg.interception {
 		addrs = append(addrs, "127.0.0.1:8443", "[::1]:8443")
+	}
+	if p.cfg.dnsGuard {
+		// The TCP sockets are bound together with the UDP ones.
+		for _, a := range []string{"127.0.0.1", "[::1]"} {
+			addrs = append(addrs, a+":"+strconv.Itoa(dnsGuardPort))
+		}
 	}
 	args := []string{"-timeout", "1s"}
 	for _, a := range addrs {

@@ -20,6 +20,9 @@
 //	                                 each with a 200; runs until killed
 //	ping  -addr IP                   one ICMP echo (unprivileged ping socket); Connected = reply received
 //	wait  -addr HOST:PORT...         poll until every address accepts a connection
+//	dns   -addr HOST:PORT -name N -qtype T [-tcp]   one DNS query; Connected = an answer
+//	                                 came back, Status = its rcode, Body = its A/AAAA
+//	                                 addresses, comma-separated
 //	loop  -url URL -header-of NAME -stop-value V [-after N] [-duration D]   request loop
 //
 // Every mode writes wire.Result (loop: wire.LoopResult) to stdout and exits 0;
@@ -73,6 +76,8 @@ type opts struct {
 	useTLS                                      bool
 	connectTimeout, timeout, duration, interval time.Duration
 	after, proto                                int
+	name, qtype                                 string
+	overTCP                                     bool
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -104,6 +109,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.proto, "proto", 253, "rawip: IP protocol number")
 	fs.DurationVar(&o.duration, "duration", 20*time.Second, "loop: deadline")
 	fs.DurationVar(&o.interval, "interval", 20*time.Millisecond, "loop: pause between requests")
+	fs.StringVar(&o.name, "name", "", "dns: the query name")
+	fs.StringVar(&o.qtype, "qtype", "A", "dns: the query type (A, AAAA, TXT, ...)")
+	fs.BoolVar(&o.overTCP, "tcp", false, "dns: query over TCP")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -131,6 +139,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		out = doWait(o)
 	case "loop":
 		out = doLoop(o)
+	case "dns":
+		out = doDNS(o)
 	default:
 		fmt.Fprintf(stderr, "unknown mode %q\n", mode)
 		return 2

@@ -10,6 +10,9 @@
 //   - UDP-Lite (IP protocol 136) on -udplite-ports, and raw IP of protocol
 //     -raw-proto (an unassigned number by default), recording what arrives
 //     (the packet filter must drop both from the app);
+//   - with -dns, a DNS server on port 53 (UDP and TCP) instead of the echo
+//     and banner services there, answering the -dns-answer names and
+//     recording every query it receives (wire.KindDNS);
 //   - with -mld-groups, the MLD reports for those groups (and every MLDv2
 //     report, whose groups are inside the payload) that reach its IPv6
 //     interface; with -mld-groups or -icmp6, also every ICMPv6
@@ -100,6 +103,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	var mldGroups listFlag
 	fs.Var(&mldGroups, "mld-group", "IPv6 multicast group whose MLD reports are recorded (repeatable)")
 	icmp6 := fs.Bool("icmp6", false, "record ICMPv6 destination-unreachable and echo-request messages")
+	dnsOn := fs.Bool("dns", false, "serve DNS on port 53 (UDP and TCP), recording every query")
+	var dnsAnswer listFlag
+	fs.Var(&dnsAnswer, "dns-answer", "name=ip the DNS server answers (repeatable; other names: NXDOMAIN)")
 	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
 	keyFile := fs.String("key", "", "PEM private key for HTTPS")
 	control := fs.String("control", "", "unix socket for the event record")
@@ -112,6 +118,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	o := &origin{logger: logger}
+	answers, err := parseDNSAnswers(dnsAnswer)
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
+	if *dnsOn {
+		*tcpPorts, *udpPorts = withoutPort53(*tcpPorts), withoutPort53(*udpPorts)
+	}
 	if err := o.start(addrs, *tlsPorts, *httpPorts, *tcpPorts, *udpPorts, *certFile, *keyFile, *control); err != nil {
 		logger.Print(err)
 		o.close()
@@ -121,6 +135,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		logger.Print(err)
 		o.close()
 		return 1
+	}
+	if *dnsOn {
+		if err := o.startDNS(addrs, answers); err != nil {
+			logger.Print(err)
+			o.close()
+			return 1
+		}
 	}
 	if len(mldGroups) > 0 || *icmp6 {
 		if err := o.startMLD(addrs, mldGroups); err != nil {

@@ -28,6 +28,9 @@ const (
 	// Payload is its type, a space, and its data: "128 <echo data>", or
 	// "1 <UDP payload of the quoted packet>" for a destination unreachable.
 	KindICMPv6 = "icmpv6"
+	// KindDNS is a DNS query the origin's DNS server received (-dns):
+	// Payload is "<name> <type>", the name as it arrived.
+	KindDNS = "dns"
 )
 
 // Event is one thing the origin saw. Events are numbered from 1 in the order

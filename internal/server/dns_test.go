@@ -1,0 +1,190 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/botbox/botbox/internal/testutil/logcapture"
+)
+
+// dnsRecorder is an upstream resolver on loopback that records the names
+// asked and answers A 203.0.113.7.
+type dnsRecorder struct {
+	addr  string
+	mu    sync.Mutex
+	names []string
+}
+
+func newDNSRecorder(t *testing.T) *dnsRecorder {
+	t.Helper()
+	r := &dnsRecorder{}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addr = pc.LocalAddr().String()
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		r.mu.Lock()
+		r.names = append(r.names, q.Question[0].Name)
+		r.mu.Unlock()
+		m := new(dns.Msg)
+		m.SetReply(q)
+		if q.Question[0].Qtype == dns.TypeA {
+			rr, _ := dns.NewRR(q.Question[0].Name + " 30 IN A 203.0.113.7")
+			m.Answer = append(m.Answer, rr)
+		}
+		_ = w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = srv.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return r
+}
+
+func (r *dnsRecorder) seen() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.names...)
+}
+
+func ephemeralPacket(network, addr string) (net.PacketConn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	return net.ListenPacket(network, net.JoinHostPort(host, "0"))
+}
+
+// TestDNSGuardServed: with dns_guard enabled the server binds the guard on
+// UDP and TCP at 127.0.0.1 and [::1] (where ip6tables REDIRECT delivers),
+// forwards allowed names to dns_guard.upstream, answers
+// NXDOMAIN for the rest without asking, counts both in
+// botbox_dns_queries_total, and closes the sockets at shutdown.
+func TestDNSGuardServed(t *testing.T) {
+	up := newDNSRecorder(t)
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte("secrets_dir: " + dir + "\negress_policy:\n  rules:\n    - host: api.example.test\n      action: allow\ndns_guard:\n  enabled: true\n  upstream: [\"" + up.addr + "\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logcapture.Buffer{}
+	metrics := telemetry.NewMetrics()
+	srv, err := New(cfg, Options{Logger: telemetry.NewLogger(logs, nil), Metrics: metrics,
+		Listen: ephemeral, ListenPacket: ephemeralPacket, ResolvConf: filepath.Join(dir, "absent")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	addrs, err := srv.Addrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(addrs.DNSUDP) == 0 || len(addrs.DNSUDP) != len(addrs.DNSTCP) {
+		t.Fatalf("DNS sockets %v / %v", addrs.DNSUDP, addrs.DNSTCP)
+	}
+	if hasIPv6Loopback() && len(addrs.DNSUDP) != 2 {
+		t.Errorf("DNS guard bound on %v, want 127.0.0.1 and [::1]", addrs.DNSUDP)
+	}
+	var targets []struct{ network, addr string }
+	for i := range addrs.DNSUDP {
+		targets = append(targets, struct{ network, addr string }{"udp", addrs.DNSUDP[i].String()}, struct{ network, addr string }{"tcp", addrs.DNSTCP[i].String()})
+	}
+	for _, tg := range targets {
+		c := dns.Client{Net: tg.network, Timeout: 30 * time.Second}
+		for name, want := range map[string]int{"api.example.test.": dns.RcodeSuccess, "leak.exfil.test.": dns.RcodeNameError} {
+			m := new(dns.Msg)
+			m.SetQuestion(name, dns.TypeA)
+			r, _, err := c.Exchange(m, tg.addr)
+			if err != nil {
+				t.Fatalf("%s %s: %v", tg.network, tg.addr, err)
+			}
+			if r.Rcode != want {
+				t.Errorf("%s %s %s: rcode %s", tg.network, tg.addr, name, dns.RcodeToString[r.Rcode])
+			}
+		}
+	}
+	for _, n := range up.seen() {
+		if n != "api.example.test." {
+			t.Errorf("upstream was asked %q", n)
+		}
+	}
+	if len(up.seen()) == 0 {
+		t.Errorf("upstream never asked")
+	}
+	if got := testutil.ToFloat64(srv.dns.Metrics().Denied); got != float64(len(targets)) {
+		t.Errorf("denied = %v, want %d", got, len(targets))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.Dial("tcp", addrs.DNSTCP[0].String()); err == nil {
+		c.Close()
+		t.Errorf("DNS TCP socket still open after shutdown")
+	}
+	if !strings.Contains(logs.String(), "DNS guard listening") {
+		t.Errorf("no listening line:\n%s", logs.String())
+	}
+}
+
+// TestDNSGuardNoResolver: an empty upstream list and a resolv.conf without
+// nameserver is a start-up error naming the fix.
+func TestDNSGuardNoResolver(t *testing.T) {
+	dir := t.TempDir()
+	resolv := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("search x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte("secrets_dir: " + dir + "\negress_policy:\n  rules: []\ndns_guard:\n  enabled: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(cfg, Options{Logger: telemetry.NewLogger(&logcapture.Buffer{}, nil), ResolvConf: resolv})
+	if err == nil || !strings.Contains(err.Error(), "dns_guard.upstream") {
+		t.Errorf("New = %v, want an error naming dns_guard.upstream", err)
+	}
+}
+
+func hasIPv6Loopback() bool {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+// TestResolvConfServers: the default upstreams are the nameserver lines of
+// resolv.conf, port 53, in order, unusable entries skipped.
+func TestResolvConfServers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(path, []byte("search default.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\nnameserver fd00:10::a\nnameserver 0.0.0.0\noptions ndots:5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := resolvConfServers(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := fmt.Sprint(got); s != "[10.96.0.10:53 [fd00:10::a]:53]" {
+		t.Errorf("servers %s", s)
+	}
+	if _, err := resolvConfServers(filepath.Join(t.TempDir(), "absent")); err == nil || !strings.Contains(err.Error(), "dns_guard.upstream") {
+		t.Errorf("absent file: %v", err)
+	}
+}
