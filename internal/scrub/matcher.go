@@ -16,8 +16,8 @@ type Matcher struct {
 	refs []string
 	// class maps a byte to its column in delta: bytes no pattern contains
 	// share column 0.
-	class  [256]uint8
-	ncls   int
+	class [256]uint8
+	ncls  int
 	// delta[s+class] is the next state, s being a state's id times ncls,
 	// with matchFlag set when that state ends an occurrence: the DFA (goto
 	// plus failure links resolved).
