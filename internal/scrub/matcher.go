@@ -177,16 +177,17 @@ func (m *Matcher) MaxLen() int { return m.maxLen }
 func (m *Matcher) Refs() []string { return append([]string(nil), m.refs...) }
 
 // scan runs the automaton from state over b[from:], masks every occurrence
-// in b (an occurrence may begin before from, in bytes the caller kept from
-// earlier scans) and calls found for each, with the index of its
-// secret_ref. It returns the state after b.
+// in b if mask is set (an occurrence may begin before from, in bytes the
+// caller kept from earlier scans) and calls found for each, with the index
+// of its last byte in b, its length and the index of its secret_ref. It
+// returns the state after b.
 //
 // At the root it skips ahead Wu–Manber style: when the two bytes ending a
 // window of minLen bytes occur in no pattern's first minLen bytes, no
 // occurrence can start in the window's first minLen-1 positions, and the
 // scan resumes at the root after them (TestSkipIsExact compares with the
 // byte-by-byte automaton; FuzzStream with the one-shot mask).
-func (m *Matcher) scan(state uint32, b []byte, from int, found func(ref int)) uint32 {
+func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, found func(end, length, ref int)) uint32 {
 	s := state
 	delta, class := m.delta, &m.class
 	step := m.minLen - 1
@@ -208,11 +209,14 @@ func (m *Matcher) scan(state uint32, b []byte, from int, found func(ref int)) ui
 		if s&matchFlag != 0 {
 			s &^= matchFlag
 			id := s / uint32(m.ncls)
-			for j := max(i+1-int(m.match[id]), 0); j <= i; j++ {
-				b[j] = '*'
+			l := int(m.match[id])
+			if mask {
+				for j := max(i+1-l, 0); j <= i; j++ {
+					b[j] = '*'
+				}
 			}
 			if found != nil {
-				found(int(m.ref[id]))
+				found(i, l, int(m.ref[id]))
 			}
 		}
 	}
@@ -243,7 +247,7 @@ func (m *Matcher) Mask(s string, found func(ref string)) string {
 		return s
 	}
 	b := []byte(s)
-	m.scan(0, b, 0, func(ref int) {
+	m.scan(0, b, 0, true, func(_, _, ref int) {
 		if found != nil {
 			found(m.refs[ref])
 		}

@@ -362,7 +362,7 @@ func TestSkipIsExact(t *testing.T) {
 		}
 		want := naiveMask(ps, text)
 		got := bytes.Clone(text)
-		m.scan(0, got, 0, nil)
+		m.scan(0, got, 0, true, nil)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("scan %q\nwant %q", got, want)
 		}

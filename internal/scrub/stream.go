@@ -15,7 +15,7 @@ import (
 type Reader struct {
 	m     *Matcher
 	r     io.Reader
-	found func(ref int) // nil: nobody listens
+	found func(end, length, ref int) // nil: nobody listens
 	atEOF func()
 	state uint32
 	held  []byte
@@ -31,7 +31,7 @@ type Reader struct {
 func (m *Matcher) NewReader(r io.Reader, found func(ref string), atEOF func()) *Reader {
 	z := &Reader{m: m, r: r, atEOF: atEOF}
 	if found != nil {
-		z.found = func(ref int) { found(m.refs[ref]) }
+		z.found = func(_, _, ref int) { found(m.refs[ref]) }
 	}
 	return z
 }
@@ -76,7 +76,7 @@ func (z *Reader) fill(b []byte) (int, error) {
 	h := copy(b, z.held)
 	n, err := z.r.Read(b[h:])
 	total := h + n
-	z.state = z.m.scan(z.state, b[:total], h, z.found)
+	z.state = z.m.scan(z.state, b[:total], h, true, z.found)
 	keep := z.m.holdFor(z.state)
 	if err != nil {
 		// End of the stream (or a broken one): nothing can follow, so a
