@@ -25,9 +25,10 @@ type Reader struct {
 }
 
 // NewReader returns a Reader over r. found, if not nil, is called with the
-// secret_ref of each occurrence; atEOF, if not nil, once when r returns
-// io.EOF, before the Read that returns it (the proxy masks the trailers
-// there: the transport has filled them by then).
+// secret_ref of each occurrence. atEOF, if not nil, is called when r
+// returns io.EOF (before the Read that returns it) and again at Close,
+// after r's Close: the proxy masks the response trailers there, which the
+// transport fills at the end of the body or, at the latest, at Close.
 func (m *Matcher) NewReader(r io.Reader, found func(ref string), atEOF func()) *Reader {
 	z := &Reader{m: m, r: r, atEOF: atEOF}
 	if found != nil {
@@ -92,12 +93,17 @@ func (z *Reader) fill(b []byte) (int, error) {
 	return total - keep, err
 }
 
-// Close closes the underlying reader if it is an io.Closer.
+// Close closes the underlying reader if it is an io.Closer, then calls
+// atEOF.
 func (z *Reader) Close() error {
+	var err error
 	if c, ok := z.r.(io.Closer); ok {
-		return c.Close()
+		err = c.Close()
 	}
-	return nil
+	if z.atEOF != nil {
+		z.atEOF()
+	}
+	return err
 }
 
 // Cache keeps compiled matchers by a caller's key (the proxy's: the

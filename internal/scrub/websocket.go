@@ -44,8 +44,8 @@ type FrameReader struct {
 	// pend[ctrlHdr] and its payload at pend[ctrlAt].
 	ctrl            bool
 	ctrlHdr, ctrlAt int
-	err    error
-	buf    []byte
+	err             error
+	buf             []byte
 }
 
 type seg struct {

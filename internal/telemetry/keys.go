@@ -38,6 +38,11 @@ const (
 	KeyConfigPath = "config_path" // the config file being loaded
 )
 
+// KeyWhere is, on a "secret reflected in response" line, where the
+// masked occurrence was: a header name, "status", "trailer:<name>",
+// "body" or "websocket".
+const KeyWhere = "where"
+
 // KeyRoute is the decision line's index, in its rule's routes, of the
 // route that decided; absent when no route did.
 const KeyRoute = "route"

@@ -66,6 +66,11 @@ type Metrics struct {
 	// decision, reason AbortUpstreamBody or AbortClientClosed; host as in
 	// ForHost. Their decision line says the same, at WARN.
 	Aborted *prometheus.CounterVec
+	// SecretReflections is botbox_secret_reflections_total{secret_ref}
+	// (BotBox's own): occurrences of an injected secret, in any of its
+	// encodings, that an origin reflected in a response and BotBox masked
+	// (package scrub). secret_ref is a configured name, never a value.
+	SecretReflections *prometheus.CounterVec
 
 	hosts sync.Map // host label -> *HostMetrics
 }
@@ -122,6 +127,10 @@ func NewMetrics() *Metrics {
 			Name: "botbox_requests_aborted_total",
 			Help: "Total allowed requests aborted after the decision (upstream body error or client gone)",
 		}, []string{"host", "reason"}),
+		SecretReflections: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "botbox_secret_reflections_total",
+			Help: "Injected secret values found in responses and masked",
+		}, []string{"secret_ref"}),
 	}
 }
 
