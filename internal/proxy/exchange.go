@@ -62,8 +62,8 @@ type exchange struct {
 	aborted      bool
 	tunnel       *tunnelConn
 	timerDone    bool
-	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
-	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
+	agentH2      bool           // the agent's request came over HTTP/2 (see outboundBody)
+	lineLater    bool           // a CONNECT tunnel writes the line itself when it ends (serveConnect)
 	scrubOn      bool           // the rule scrubs responses (scrub_responses)
 	scrub        *responseScrub // set by prepareScrub when secrets were injected
 }

@@ -58,6 +58,13 @@ egress_policy:
           secret_ref: absent-key
     - host: blocked.example.test
       action: deny
+    - host: noscrub.example.test
+      action: allow
+      scrub_responses: false
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: api-key
 `
 
 // originRecord is what the test origin saw of one request.
@@ -118,7 +125,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 		e.origin.Start()
 	} else {
 		e.origin.EnableHTTP2 = o.http2Origin
-		e.origin.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "api.example.test", "ports.example.test", "bare.example.test", "nosecret.example.test", "blocked.example.test", "127.0.0.1")}}
+		e.origin.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "api.example.test", "ports.example.test", "bare.example.test", "nosecret.example.test", "blocked.example.test", "noscrub.example.test", "127.0.0.1")}}
 		e.origin.StartTLS()
 	}
 	t.Cleanup(e.origin.Close)
