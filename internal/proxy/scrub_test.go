@@ -33,11 +33,14 @@ const (
 	scrubHeader = "Bearer " + scrubSecret
 )
 
-// revealsSecret reports whether text shows the agent the secret: raw,
-// URL-encoded, or in any base64 decoding (standard or URL-safe, at any
-// offset) of its runs of base64 characters. It does not use package scrub.
-func revealsSecret(text string) bool {
-	if strings.Contains(text, scrubSecret) || strings.Contains(text, url.QueryEscape(scrubHeader)) {
+// revealsSecret reports whether text shows the agent scrubSecret.
+func revealsSecret(text string) bool { return reveals(text, scrubSecret) }
+
+// reveals reports whether text shows secret: raw, URL-encoded, or in any
+// base64 decoding (standard or URL-safe, at any offset) of its runs of
+// base64 characters. It does not use package scrub.
+func reveals(text, secret string) bool {
+	if strings.Contains(text, secret) || strings.Contains(text, url.QueryEscape(secret)) {
 		return true
 	}
 	isB64 := func(r rune) bool {
@@ -53,7 +56,7 @@ func revealsSecret(text string) bool {
 				s = s[:len(s)-1]
 			}
 			for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
-				if dec, err := enc.DecodeString(s); err == nil && bytes.Contains(dec, []byte(scrubSecret)) {
+				if dec, err := enc.DecodeString(s); err == nil && bytes.Contains(dec, []byte(secret)) {
 					return true
 				}
 			}
