@@ -78,10 +78,11 @@ var allowedInternal = map[string][]string{
 	"policy":     {"config", "hostport", "reqpath"},
 	"rewrite":    {"config", "echo", "secrets"}, // secrets only for the Value type
 	"upstream":   {},
+	"scrub":      {}, // a leaf: patterns and masking, no HTTP, no logging
 	"mitm":       {"echo", "hostport"},
 	"netfilter":  {},
 	"listener":   {"telemetry"},
-	"proxy":      {"config", "generation", "hostport", "policy", "rewrite", "secrets", "telemetry", "upstream"},
+	"proxy":      {"config", "generation", "hostport", "policy", "rewrite", "scrub", "secrets", "telemetry", "upstream"},
 	"server":     {"admin", "config", "generation", "hostport", "listener", "mitm", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 

@@ -29,11 +29,12 @@
 // The package neither logs nor counts; Stream reports each occurrence to its
 // caller through Found, which names the secret_ref, never the value.
 //
-// Typical use:
+// Typical use (the proxy keeps matchers in a Cache keyed by rule and
+// secret snapshot):
 //
-//	m := cache.Get(key, func() []scrub.Secret { return injected }) // per request
-//	n := m.MaskHeader(resp.Header, found)
-//	resp.Body = m.NewReader(resp.Body, found)
+//	m, err := scrub.Compile(injected)       // nil, nil: nothing to mask
+//	v = m.Mask(v, found)                     // a header value
+//	resp.Body = m.NewReader(resp.Body, found, maskTrailers)
 package scrub
 
 import (
