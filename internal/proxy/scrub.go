@@ -128,6 +128,7 @@ func (s *responseScrub) found(where string) func(ref string) {
 		s.logged[[2]string{ref, where}] = true
 		s.mu.Unlock()
 		if first {
+			where, _ := bound(where) // a header name is the origin's choice
 			h.logger.LogAttrs(s.x.ctx, slog.LevelWarn, msgReflection,
 				slog.String(telemetry.KeyRequestID, s.x.id),
 				slog.String(telemetry.KeyListener, s.x.listener),
@@ -139,14 +140,25 @@ func (s *responseScrub) found(where string) func(ref string) {
 	}
 }
 
-// maskHeader masks every value of hd in place; where is prefix+name.
+// maskHeader masks every value of hd in place, and any header name that
+// holds an occurrence; where is prefix+name. A header without occurrence
+// costs one automaton pass and no allocation.
 func (s *responseScrub) maskHeader(hd http.Header, prefix string) {
+	var renamed []string
 	for k, vv := range hd {
+		if s.m.Contains(k) {
+			renamed = append(renamed, k)
+		}
 		for i, v := range vv {
-			if m := s.m.Mask(v, s.found(prefix+k)); m != v {
-				vv[i] = m
+			if s.m.Contains(v) {
+				vv[i] = s.m.Mask(v, s.found(prefix+k))
 			}
 		}
+	}
+	for _, k := range renamed {
+		masked := s.m.Mask(k, s.found(prefix+"header name"))
+		hd[masked] = append(hd[masked], hd[k]...)
+		delete(hd, k)
 	}
 }
 

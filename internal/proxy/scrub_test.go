@@ -24,6 +24,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/botbox/botbox/internal/scrub"
 	"github.com/botbox/botbox/internal/testutil/wsecho"
 )
 
@@ -408,3 +409,62 @@ func withEarlyHints(ctx context.Context, b *strings.Builder) context.Context {
 		},
 	})
 }
+
+// TestScrubResponseHead: the reason phrase (which ReverseProxy writes
+// for a 101), a header name and values are masked; a 101 whose origin
+// accepted permessage-deflate and a body in an unknown coding are
+// uninspectable; a coded response without a body loses its
+// Content-Encoding and Content-Length.
+func TestScrubResponseHead(t *testing.T) {
+	u := newUnitHandler(t, true)
+	m, err := scrub.Compile([]scrub.Secret{{Ref: "api-key", Value: []byte("sk-unit"), Header: "Bearer sk-unit"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &exchange{h: u.Handler, ctx: context.Background(), id: "test"}
+	s := &responseScrub{m: m, x: x}
+	resp := &http.Response{
+		Status: "101 Switching sk-unit", StatusCode: 101,
+		Header: http.Header{"x-sk-unit": {"v"}, "X-Echo": {"a sk-unit", "clean"}, "Sec-Websocket-Extensions": {"x-other"}},
+		Body:   nopRWC{},
+	}
+	if err := s.scrubResponse(resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != "101 Switching *******" || resp.Header.Get("X-Echo") != "a *******" || resp.Header.Values("X-Echo")[1] != "clean" {
+		t.Errorf("status %q, headers %v", resp.Status, resp.Header)
+	}
+	if _, ok := resp.Header["x-sk-unit"]; ok || len(resp.Header["x-*******"]) != 1 {
+		t.Errorf("header name not masked: %v", resp.Header)
+	}
+	if _, ok := resp.Body.(*scrubbedConn); !ok {
+		t.Errorf("101 body is %T, want the frame scrubber", resp.Body)
+	}
+	bad := &http.Response{Status: "101 Switching Protocols", StatusCode: 101, Header: http.Header{"Sec-Websocket-Extensions": {"permessage-deflate"}}, Body: nopRWC{}}
+	if err := s.scrubResponse(bad); !isUninspectable(err) {
+		t.Errorf("101 with permessage-deflate: %v, want uninspectable", err)
+	}
+	for _, tt := range []struct {
+		coding string
+		body   io.ReadCloser
+		ok     bool
+	}{{"compress", io.NopCloser(strings.NewReader("x")), false}, {"gzip, identity", http.NoBody, true}, {"x-gzip", http.NoBody, true}} {
+		r := &http.Response{Status: "200 OK", StatusCode: 200, Header: http.Header{"Content-Encoding": {tt.coding}, "Content-Length": {"9"}}, Body: tt.body, ContentLength: 9}
+		err := s.scrubResponse(r)
+		if isUninspectable(err) == tt.ok {
+			t.Errorf("%s: err %v", tt.coding, err)
+		}
+		if tt.ok && (r.Header.Get("Content-Encoding") != "" || r.Header.Get("Content-Length") != "" || r.ContentLength != -1) {
+			t.Errorf("%s: header %v, length %d", tt.coding, r.Header, r.ContentLength)
+		}
+	}
+	if n := testutil.ToFloat64(u.metrics.SecretReflections.WithLabelValues("api-key")); n != 3 {
+		t.Errorf("reflections counted %v, want 3 (reason, name, value)", n)
+	}
+}
+
+type nopRWC struct{}
+
+func (nopRWC) Read([]byte) (int, error)    { return 0, io.EOF }
+func (nopRWC) Write(p []byte) (int, error) { return len(p), nil }
+func (nopRWC) Close() error                { return nil }

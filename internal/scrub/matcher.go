@@ -226,6 +226,21 @@ func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, found func(e
 // holdFor is how many trailing bytes a stream in state s holds back.
 func (m *Matcher) holdFor(s uint32) int { return int(m.hold[s/uint32(m.ncls)]) }
 
+// Contains reports whether s holds an occurrence, without allocating.
+func (m *Matcher) Contains(s string) bool {
+	if m == nil {
+		return false
+	}
+	var st uint32
+	for i := 0; i < len(s); i++ {
+		st = m.delta[st+uint32(m.class[s[i]])]
+		if st&matchFlag != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Mask returns s with every occurrence masked, and calls found (if not
 // nil) with the secret_ref of each. It returns s itself when nothing
 // matched, without allocating.
@@ -234,16 +249,7 @@ func (m *Matcher) Mask(s string, found func(ref string)) string {
 		return s
 	}
 	// Cheap check first: most header values contain no occurrence.
-	var st uint32
-	hit := false
-	for i := 0; i < len(s); i++ {
-		st = m.delta[st+uint32(m.class[s[i]])]
-		if st&matchFlag != 0 {
-			hit = true
-			break
-		}
-	}
-	if !hit {
+	if !m.Contains(s) {
 		return s
 	}
 	b := []byte(s)
