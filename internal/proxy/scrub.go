@@ -62,23 +62,22 @@ type scrubKey struct {
 type responseScrub struct {
 	m      *scrub.Matcher
 	x      *exchange
+	resp   *http.Response // whose trailers Done masks
+	body   scrub.Reader   // embedded: no allocation per response
 	mu     sync.Mutex
 	logged map[[2]string]bool // (secret_ref, where) already logged
 }
+
+// Found and Done make responseScrub the body Reader's scrub.Hooks.
+func (s *responseScrub) Found(ref string) { s.report(ref, "body") }
+func (s *responseScrub) Done()            { s.maskHeader(s.resp.Trailer, "trailer:") }
 
 // prepareScrub runs in rewrite, after the header rewrites succeeded: it
 // gets the request's matcher and asks the origin for an uncompressed
 // response (and a WebSocket without permessage-deflate). A pattern set it
 // cannot build fails the request closed before anything is sent.
 func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
-	m, err := h.scrubs.Get(scrubKey{x.rewrites, x.secrets}, func() []scrub.Secret {
-		inj := x.rewrites.Injected(x.secrets)
-		s := make([]scrub.Secret, len(inj))
-		for i, v := range inj {
-			s[i] = scrub.Secret{Ref: v.Ref, Value: v.Secret, Header: v.Header}
-		}
-		return s
-	})
+	m, err := h.scrubs.Get(scrubKey{x.rewrites, x.secrets}, injectedSecrets)
 	if err != nil {
 		x.rewriteErr = &uninspectableError{why: err.Error()}
 		return
@@ -86,7 +85,8 @@ func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
 	if m == nil {
 		return // nothing injected from a secret
 	}
-	x.scrub = &responseScrub{m: m, x: x}
+	x.scrubState = responseScrub{m: m, x: x}
+	x.scrub = &x.scrubState
 	out.Header.Set("Accept-Encoding", "identity")
 	if exts := out.Header.Values("Sec-Websocket-Extensions"); len(exts) > 0 {
 		out.Header.Del("Sec-Websocket-Extensions")
@@ -96,6 +96,17 @@ func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
 			}
 		}
 	}
+}
+
+// injectedSecrets lists what the key's rewrites inject with its snapshot
+// (a cache miss of prepareScrub).
+func injectedSecrets(k scrubKey) []scrub.Secret {
+	inj := k.set.Injected(k.snap)
+	s := make([]scrub.Secret, len(inj))
+	for i, v := range inj {
+		s[i] = scrub.Secret{Ref: v.Ref, Value: v.Secret, Header: v.Header}
+	}
+	return s
 }
 
 // dropExtension removes every offer of extension name from a
@@ -113,30 +124,32 @@ func dropExtension(v, name string) string {
 	return strings.Join(kept, ", ")
 }
 
-// found returns the callback of one place of the response: each
-// occurrence is counted; the first per (secret_ref, where) of the response
-// is logged at WARN.
+// found returns the callback of one place of the response (report).
 func (s *responseScrub) found(where string) func(ref string) {
-	return func(ref string) {
-		h := s.x.h
-		h.metrics.SecretReflections.WithLabelValues(ref).Inc()
-		s.mu.Lock()
-		if s.logged == nil {
-			s.logged = map[[2]string]bool{}
-		}
-		first := !s.logged[[2]string{ref, where}]
-		s.logged[[2]string{ref, where}] = true
-		s.mu.Unlock()
-		if first {
-			where, _ := bound(where) // a header name is the origin's choice
-			h.logger.LogAttrs(s.x.ctx, slog.LevelWarn, msgReflection,
-				slog.String(telemetry.KeyRequestID, s.x.id),
-				slog.String(telemetry.KeyListener, s.x.listener),
-				slog.String(telemetry.KeyHost, s.x.host),
-				slog.String(telemetry.KeyRule, s.x.rule),
-				slog.String(telemetry.KeySecretRef, ref),
-				slog.String(telemetry.KeyWhere, where))
-		}
+	return func(ref string) { s.report(ref, where) }
+}
+
+// report counts an occurrence; the first per (secret_ref, where) of the
+// response is logged at WARN.
+func (s *responseScrub) report(ref, where string) {
+	h := s.x.h
+	h.metrics.SecretReflections.WithLabelValues(ref).Inc()
+	s.mu.Lock()
+	if s.logged == nil {
+		s.logged = map[[2]string]bool{}
+	}
+	first := !s.logged[[2]string{ref, where}]
+	s.logged[[2]string{ref, where}] = true
+	s.mu.Unlock()
+	if first {
+		where, _ := bound(where) // a header name is the origin's choice
+		h.logger.LogAttrs(s.x.ctx, slog.LevelWarn, msgReflection,
+			slog.String(telemetry.KeyRequestID, s.x.id),
+			slog.String(telemetry.KeyListener, s.x.listener),
+			slog.String(telemetry.KeyHost, s.x.host),
+			slog.String(telemetry.KeyRule, s.x.rule),
+			slog.String(telemetry.KeySecretRef, ref),
+			slog.String(telemetry.KeyWhere, where))
 	}
 }
 
@@ -167,10 +180,11 @@ func (s *responseScrub) maskHeader(hd http.Header, prefix string) {
 // server side of the tunnel. An error makes ReverseProxy answer through
 // upstreamError: 502, nothing of the response sent.
 func (s *responseScrub) scrubResponse(resp *http.Response) error {
-	if code, reason, ok := strings.Cut(resp.Status, " "); ok {
+	if s.m.Contains(resp.Status) {
 		// ReverseProxy writes the reason only for a 101 (Response.Write);
-		// masked everywhere anyway.
-		resp.Status = code + " " + s.m.Mask(reason, s.found("status"))
+		// masked everywhere anyway. The code's digits and the space are
+		// masked too only if they belong to an occurrence.
+		resp.Status = s.m.Mask(resp.Status, s.found("status"))
 	}
 	s.maskHeader(resp.Header, "")
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -192,7 +206,9 @@ func (s *responseScrub) scrubResponse(resp *http.Response) error {
 	if resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
-	resp.Body = s.m.NewReader(resp.Body, s.found("body"), func() { s.maskHeader(resp.Trailer, "trailer:") })
+	s.resp = resp
+	s.body.Reset(s.m, resp.Body, s)
+	resp.Body = &s.body
 	return nil
 }
 

@@ -21,7 +21,7 @@ func BenchmarkStream(b *testing.B) {
 			b.SetBytes(int64(len(data)))
 			buf := make([]byte, 32<<10)
 			for b.Loop() {
-				r := m.NewReader(bytes.NewReader(data), nil, nil)
+				r := m.NewReader(bytes.NewReader(data), nil)
 				for {
 					if _, err := r.Read(buf); err == io.EOF {
 						break

@@ -178,7 +178,8 @@ func (m *Matcher) Refs() []string { return append([]string(nil), m.refs...) }
 
 // scan runs the automaton from state over b[from:], masks every occurrence
 // in b if mask is set (an occurrence may begin before from, in bytes the
-// caller kept from earlier scans) and calls found for each, with the index
+// caller kept from earlier scans) and calls sink.hit for each (if sink is
+// not nil), with the index
 // of its last byte in b, its length and the index of its secret_ref. It
 // returns the state after b.
 //
@@ -187,7 +188,7 @@ func (m *Matcher) Refs() []string { return append([]string(nil), m.refs...) }
 // occurrence can start in the window's first minLen-1 positions, and the
 // scan resumes at the root after them (TestSkipIsExact compares with the
 // byte-by-byte automaton; FuzzStream with the one-shot mask).
-func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, found func(end, length, ref int)) uint32 {
+func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, sink hitSink) uint32 {
 	s := state
 	delta, class := m.delta, &m.class
 	step := m.minLen - 1
@@ -215,13 +216,25 @@ func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, found func(e
 					b[j] = '*'
 				}
 			}
-			if found != nil {
-				found(i, l, int(m.ref[id]))
+			if sink != nil {
+				sink.hit(i, l, int(m.ref[id]))
 			}
 		}
 	}
 	return s
 }
+
+// hitSink receives scan's occurrences: an interface rather than a func so
+// that a Reader passes itself without allocating a closure per body.
+type hitSink interface{ hit(end, length, ref int) }
+
+// funcSink reports each occurrence's secret_ref to a func.
+type funcSink struct {
+	m  *Matcher
+	fn func(ref string)
+}
+
+func (f funcSink) hit(_, _, ref int) { f.fn(f.m.refs[ref]) }
 
 // holdFor is how many trailing bytes a stream in state s holds back.
 func (m *Matcher) holdFor(s uint32) int { return int(m.hold[s/uint32(m.ncls)]) }
@@ -253,10 +266,10 @@ func (m *Matcher) Mask(s string, found func(ref string)) string {
 		return s
 	}
 	b := []byte(s)
-	m.scan(0, b, 0, true, func(_, _, ref int) {
-		if found != nil {
-			found(m.refs[ref])
-		}
-	})
+	var sink hitSink
+	if found != nil {
+		sink = funcSink{m, found}
+	}
+	m.scan(0, b, 0, true, sink)
 	return string(b)
 }

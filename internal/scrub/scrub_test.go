@@ -181,18 +181,18 @@ func TestStreamEverySplit(t *testing.T) {
 			t.Fatalf("%q not masked at all", text)
 		}
 		for i := 0; i <= len(text); i++ {
-			r := m.NewReader(&chunks{parts: [][]byte{[]byte(text[:i]), []byte(text[i:])}}, nil, nil)
+			r := m.NewReader(&chunks{parts: [][]byte{[]byte(text[:i]), []byte(text[i:])}}, nil)
 			got, err := io.ReadAll(r)
 			if err != nil || string(got) != want {
 				t.Fatalf("split at %d: got %q, %v; want %q", i, got, err, want)
 			}
 		}
-		got, _ := io.ReadAll(m.NewReader(iotest.OneByteReader(strings.NewReader(text)), nil, nil))
+		got, _ := io.ReadAll(m.NewReader(iotest.OneByteReader(strings.NewReader(text)), nil))
 		if string(got) != want {
 			t.Errorf("byte by byte: got %q, want %q", got, want)
 		}
 		var out bytes.Buffer
-		r := m.NewReader(iotest.HalfReader(strings.NewReader(text)), nil, nil)
+		r := m.NewReader(iotest.HalfReader(strings.NewReader(text)), nil)
 		one := make([]byte, 1)
 		for {
 			n, err := r.Read(one)
@@ -215,7 +215,7 @@ func TestStreamEverySplit(t *testing.T) {
 func TestStreamReleasesEventsWhole(t *testing.T) {
 	m := mustCompile(t, testSecrets)
 	pr, pw := io.Pipe()
-	r := m.NewReader(pr, nil, nil)
+	r := m.NewReader(pr, nil)
 	buf := make([]byte, 32<<10)
 	event := "data: {\"echo\":\"" + testSecrets[0].Header + "\"}\n\n"
 	go func() { _, _ = pw.Write([]byte(event)) }()
@@ -242,19 +242,30 @@ func TestStreamReleasesEventsWhole(t *testing.T) {
 	}
 }
 
-// TestStreamFoundAndEOF: found names the secret_ref once per occurrence;
-// atEOF runs at the end of the stream.
+type testHooks struct {
+	refs []string
+	done int
+}
+
+func (h *testHooks) Found(ref string) { h.refs = append(h.refs, ref) }
+func (h *testHooks) Done()            { h.done++ }
+
+// TestStreamFoundAndEOF: Found names the secret_ref once per occurrence;
+// Done runs at the end of the stream and again at Close.
 func TestStreamFoundAndEOF(t *testing.T) {
 	m := mustCompile(t, testSecrets)
-	var refs []string
-	eof := 0
+	h := &testHooks{}
 	text := "a " + string(testSecrets[1].Value) + " b " + testSecrets[0].Header
-	_, err := io.ReadAll(m.NewReader(strings.NewReader(text), func(r string) { refs = append(refs, r) }, func() { eof++ }))
-	if err != nil || eof != 1 {
-		t.Fatalf("err %v, atEOF ran %d times", err, eof)
+	r := m.NewReader(io.NopCloser(strings.NewReader(text)), h)
+	_, err := io.ReadAll(r)
+	if err != nil || h.done != 1 {
+		t.Fatalf("err %v, Done ran %d times at EOF", err, h.done)
 	}
-	if strings.Join(refs, ",") != "gh,openai" {
-		t.Errorf("found %v, want [gh openai]", refs)
+	if strings.Join(h.refs, ",") != "gh,openai" {
+		t.Errorf("found %v, want [gh openai]", h.refs)
+	}
+	if err := r.Close(); err != nil || h.done != 2 {
+		t.Errorf("Close: %v, Done ran %d times in all, want 2", err, h.done)
 	}
 }
 
@@ -291,7 +302,7 @@ func FuzzStream(f *testing.F) {
 		if a > b {
 			a, b = b, a
 		}
-		got, err := io.ReadAll(m.NewReader(&chunks{parts: [][]byte{text[:a], text[a:b], text[b:]}}, nil, nil))
+		got, err := io.ReadAll(m.NewReader(&chunks{parts: [][]byte{text[:a], text[a:b], text[b:]}}, nil))
 		if err != nil || string(got) != want || len(got) != len(text) {
 			t.Fatalf("stream %q, one-shot %q (input %d bytes)", got, want, len(text))
 		}

@@ -15,27 +15,39 @@ import (
 type Reader struct {
 	m     *Matcher
 	r     io.Reader
-	found func(end, length, ref int) // nil: nobody listens
-	atEOF func()
+	hooks Hooks // nil: nobody listens
 	state uint32
 	held  []byte
 	out   []byte // released bytes not yet returned (small-read path)
-	buf   []byte // small-read path buffer
+	buf   []byte // small-read path buffer, allocated on first need
 	err   error
 }
 
-// NewReader returns a Reader over r. found, if not nil, is called with the
-// secret_ref of each occurrence. atEOF, if not nil, is called when r
-// returns io.EOF (before the Read that returns it) and again at Close,
-// after r's Close: the proxy masks the response trailers there, which the
-// transport fills at the end of the body or, at the latest, at Close.
-func (m *Matcher) NewReader(r io.Reader, found func(ref string), atEOF func()) *Reader {
-	z := &Reader{m: m, r: r, atEOF: atEOF}
-	if found != nil {
-		z.found = func(_, _, ref int) { found(m.refs[ref]) }
-	}
+// Hooks is what a Reader reports to.
+type Hooks interface {
+	// Found is called with the secret_ref of each occurrence.
+	Found(ref string)
+	// Done is called when the underlying reader returns io.EOF (before
+	// the Read that returns it) and again at Close, after its Close: the
+	// proxy masks the response trailers there, which the transport fills
+	// at the end of the body or, at the latest, at Close.
+	Done()
+}
+
+// NewReader returns a Reader over r reporting to hooks (nil: none).
+func (m *Matcher) NewReader(r io.Reader, hooks Hooks) *Reader {
+	z := &Reader{}
+	z.Reset(m, r, hooks)
 	return z
 }
+
+// Reset makes z a new Reader over r for m, keeping its buffers: a caller
+// may embed a Reader in its per-request state and spare the allocation.
+func (z *Reader) Reset(m *Matcher, r io.Reader, hooks Hooks) {
+	*z = Reader{m: m, r: r, hooks: hooks, held: z.held[:0], buf: z.buf}
+}
+
+func (z *Reader) hit(_, _, ref int) { z.hooks.Found(z.m.refs[ref]) }
 
 // Read implements io.Reader. It returns 0 bytes only with an error.
 func (z *Reader) Read(p []byte) (int, error) {
@@ -77,15 +89,19 @@ func (z *Reader) fill(b []byte) (int, error) {
 	h := copy(b, z.held)
 	n, err := z.r.Read(b[h:])
 	total := h + n
-	z.state = z.m.scan(z.state, b[:total], h, true, z.found)
+	var sink hitSink
+	if z.hooks != nil {
+		sink = z
+	}
+	z.state = z.m.scan(z.state, b[:total], h, true, sink)
 	keep := z.m.holdFor(z.state)
 	if err != nil {
 		// End of the stream (or a broken one): nothing can follow, so a
 		// held prefix is not an occurrence.
 		keep = 0
 		z.err = err
-		if err == io.EOF && z.atEOF != nil {
-			z.atEOF()
+		if err == io.EOF && z.hooks != nil {
+			z.hooks.Done()
 		}
 	}
 	keep = min(keep, total)
@@ -94,14 +110,14 @@ func (z *Reader) fill(b []byte) (int, error) {
 }
 
 // Close closes the underlying reader if it is an io.Closer, then calls
-// atEOF.
+// Hooks.Done.
 func (z *Reader) Close() error {
 	var err error
 	if c, ok := z.r.(io.Closer); ok {
 		err = c.Close()
 	}
-	if z.atEOF != nil {
-		z.atEOF()
+	if z.hooks != nil {
+		z.hooks.Done()
 	}
 	return err
 }
@@ -126,16 +142,17 @@ func NewCache[K comparable](limit int) *Cache[K] {
 	return &Cache[K]{m: map[K]cached{}, limit: max(limit, 1)}
 }
 
-// Get returns the matcher for key, compiling secrets() on a miss. The
-// error (ErrTooLarge) is cached like a matcher.
-func (c *Cache[K]) Get(key K, secrets func() []Secret) (*Matcher, error) {
+// Get returns the matcher for key, compiling secrets() on a miss (the
+// func is only called then). The error (ErrTooLarge) is cached like a
+// matcher.
+func (c *Cache[K]) Get(key K, secrets func(K) []Secret) (*Matcher, error) {
 	c.mu.Lock()
 	e, ok := c.m[key]
 	c.mu.Unlock()
 	if ok {
 		return e.m, e.err
 	}
-	m, err := Compile(secrets())
+	m, err := Compile(secrets(key))
 	c.mu.Lock()
 	if len(c.m) >= c.limit {
 		clear(c.m)

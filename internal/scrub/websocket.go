@@ -40,6 +40,7 @@ type FrameReader struct {
 	ready  int
 	remain uint64 // payload bytes left in the current frame
 	plen   int64  // payload bytes scanned so far
+	base   int64  // payload offset of the piece being scanned (hit)
 	// ctrl is set while a control frame is parsed: its header starts at
 	// pend[ctrlHdr] and its payload at pend[ctrlAt].
 	ctrl            bool
@@ -142,13 +143,8 @@ func (f *FrameReader) parse(b []byte) error {
 		at := len(f.pend)
 		f.pend = append(f.pend, b[:n]...)
 		f.segs = append(f.segs, seg{at: at, off: f.plen, n: n})
-		base := f.plen
-		f.state = f.m.scan(f.state, f.pend[at:at+n], 0, false, func(end, length, ref int) {
-			f.mask(base+int64(end)+1-int64(length), base+int64(end)+1)
-			if f.found != nil {
-				f.found(f.m.refs[ref])
-			}
-		})
+		f.base = f.plen
+		f.state = f.m.scan(f.state, f.pend[at:at+n], 0, false, f)
 		f.plen += int64(n)
 		f.remain -= uint64(n)
 		b = b[n:]
@@ -184,11 +180,19 @@ func (f *FrameReader) endControl() {
 		return
 	}
 	f.ctrl = false
-	f.m.scan(0, f.pend[f.ctrlAt:], 0, true, func(_, _, ref int) {
-		if f.found != nil {
-			f.found(f.m.refs[ref])
-		}
-	})
+	var sink hitSink
+	if f.found != nil {
+		sink = funcSink{f.m, f.found}
+	}
+	f.m.scan(0, f.pend[f.ctrlAt:], 0, true, sink)
+}
+
+// hit masks an occurrence in the data payloads, which may span frames.
+func (f *FrameReader) hit(end, length, ref int) {
+	f.mask(f.base+int64(end)+1-int64(length), f.base+int64(end)+1)
+	if f.found != nil {
+		f.found(f.m.refs[ref])
+	}
 }
 
 // mask masks payload-stream offsets [from, to) in pend.
