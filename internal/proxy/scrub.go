@@ -87,8 +87,9 @@ func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
 	}
 	x.scrubState = responseScrub{m: m, x: x}
 	x.scrub = &x.scrubState
-	out.Header.Set("Accept-Encoding", "identity")
-	if exts := out.Header.Values("Sec-Websocket-Extensions"); len(exts) > 0 {
+	// Direct map access: the keys are canonical, and this runs per request.
+	out.Header["Accept-Encoding"] = []string{"identity"}
+	if exts := out.Header["Sec-Websocket-Extensions"]; len(exts) > 0 {
 		out.Header.Del("Sec-Websocket-Extensions")
 		for _, v := range exts {
 			if kept := dropExtension(v, "permessage-deflate"); kept != "" {
@@ -225,7 +226,7 @@ func (s *responseScrub) maskInformational(hd http.Header) { s.maskHeader(hd, "")
 // ratio).
 func decodeBody(resp *http.Response) error {
 	var codings []string
-	for _, v := range resp.Header.Values("Content-Encoding") {
+	for _, v := range resp.Header["Content-Encoding"] {
 		for c := range strings.SplitSeq(v, ",") {
 			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
 				codings = append(codings, c)

@@ -379,3 +379,29 @@ func TestSkipIsExact(t *testing.T) {
 		}
 	}
 }
+
+// TestCache: a hit does not compile again; the limit starts the map over.
+func TestCache(t *testing.T) {
+	c := NewCache[int](2)
+	calls := 0
+	get := func(k int) *Matcher {
+		m, err := c.Get(k, func(int) []Secret { calls++; return testSecrets[:1] })
+		if err != nil || m == nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a := get(1)
+	if get(1) != a || calls != 1 {
+		t.Fatalf("hit compiled again (%d calls)", calls)
+	}
+	get(2)
+	get(3) // full: starts over with 3 only
+	if get(3); calls != 3 {
+		t.Fatalf("%d compilations, want 3", calls)
+	}
+	get(1)
+	if calls != 4 {
+		t.Fatalf("evicted key not compiled again (%d calls)", calls)
+	}
+}

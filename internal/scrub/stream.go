@@ -2,7 +2,9 @@ package scrub
 
 import (
 	"io"
+	"maps"
 	"sync"
+	"sync/atomic"
 )
 
 // Reader masks the occurrences in the bytes read from an underlying reader
@@ -124,11 +126,14 @@ func (z *Reader) Close() error {
 
 // Cache keeps compiled matchers by a caller's key (the proxy's: the
 // request's rewrite set and secret snapshot), so that a request pays a map
-// lookup, not an automaton build. It holds at most its limit of entries and
-// starts over when full. Safe for concurrent use.
+// lookup, not an automaton build. The map is immutable behind an atomic
+// pointer and copied on a miss (rare: once per rule and secret
+// generation), so a hit takes no lock and writes no shared memory. It
+// holds at most its limit of entries and starts over when full. Safe for
+// concurrent use.
 type Cache[K comparable] struct {
-	mu    sync.Mutex
-	m     map[K]cached
+	m     atomic.Pointer[map[K]cached]
+	mu    sync.Mutex // serialises misses
 	limit int
 }
 
@@ -139,25 +144,30 @@ type cached struct {
 
 // NewCache returns a cache of at most limit entries (minimum 1).
 func NewCache[K comparable](limit int) *Cache[K] {
-	return &Cache[K]{m: map[K]cached{}, limit: max(limit, 1)}
+	c := &Cache[K]{limit: max(limit, 1)}
+	c.m.Store(&map[K]cached{})
+	return c
 }
 
-// Get returns the matcher for key, compiling secrets() on a miss (the
+// Get returns the matcher for key, compiling secrets(key) on a miss (the
 // func is only called then). The error (ErrTooLarge) is cached like a
 // matcher.
 func (c *Cache[K]) Get(key K, secrets func(K) []Secret) (*Matcher, error) {
+	if e, ok := (*c.m.Load())[key]; ok {
+		return e.m, e.err
+	}
 	c.mu.Lock()
-	e, ok := c.m[key]
-	c.mu.Unlock()
-	if ok {
+	defer c.mu.Unlock()
+	old := *c.m.Load()
+	if e, ok := old[key]; ok {
 		return e.m, e.err
 	}
 	m, err := Compile(secrets(key))
-	c.mu.Lock()
-	if len(c.m) >= c.limit {
-		clear(c.m)
+	next := make(map[K]cached, len(old)+1)
+	if len(old) < c.limit {
+		maps.Copy(next, old)
 	}
-	c.m[key] = cached{m, err}
-	c.mu.Unlock()
+	next[key] = cached{m, err}
+	c.m.Store(&next)
 	return m, err
 }
