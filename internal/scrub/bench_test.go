@@ -38,3 +38,24 @@ func BenchmarkCompile(b *testing.B) {
 		_, _ = Compile(testSecrets[:2])
 	}
 }
+
+// BenchmarkStreamBenchOrigin: the body of bench/origin's /stream (the
+// alphabet repeated) under bench/runner's token, the bench/run.sh cell.
+func BenchmarkStreamBenchOrigin(b *testing.B) {
+	const token = "bench-secret-token-0123456789abcdef"
+	m := mustCompile(b, []Secret{{Ref: "origin-token", Value: []byte(token), Header: "Bearer " + token}})
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = 'a' + byte(i%26)
+	}
+	b.SetBytes(int64(len(data)))
+	buf := make([]byte, 32<<10)
+	for b.Loop() {
+		r := m.NewReader(bytes.NewReader(data), nil)
+		for {
+			if _, err := r.Read(buf); err == io.EOF {
+				break
+			}
+		}
+	}
+}

@@ -23,10 +23,12 @@ type Matcher struct {
 	// plus failure links resolved).
 	delta  []uint32
 	starts [256]bool
-	// window[b1<<8|b2]: the byte pair occurs in some pattern's first
-	// minLen bytes (the skip of scan).
-	window *[1 << 16]bool
-	minLen int
+	// shift[b1<<8|b2] is how far scan may skip at the root when a window
+	// of win bytes ends with the pair b1 b2 (Wu–Manber): win-1 minus the
+	// last index at which the pair ends within some pattern's first win
+	// bytes, or win-1 if it ends at none.
+	shift *[1 << 16]uint8
+	win   int // min(shortest pattern, 256)
 	// match[state] is the length of the longest pattern that is a suffix
 	// of the state's string (0: none), ref[state] its index in refs.
 	match []uint16
@@ -156,15 +158,20 @@ func compilePatterns(ps []Pattern) (*Matcher, error) {
 			m.delta[i] |= matchFlag
 		}
 	}
-	m.minLen = m.maxLen
+	m.win = min(m.maxLen, 256)
 	for _, p := range ps {
-		m.minLen = min(m.minLen, len(p.Bytes))
+		m.win = min(m.win, len(p.Bytes))
 	}
-	m.window = new([1 << 16]bool)
-	for _, p := range ps {
-		pre := p.Bytes[:m.minLen]
-		for i := 0; i+1 < len(pre); i++ {
-			m.window[uint16(pre[i])<<8|uint16(pre[i+1])] = true
+	if m.win >= 3 {
+		m.shift = new([1 << 16]uint8)
+		for i := range m.shift {
+			m.shift[i] = uint8(m.win - 1)
+		}
+		for _, p := range ps {
+			for j := 1; j < m.win; j++ { // the pair ends at index j
+				k := uint16(p.Bytes[j-1])<<8 | uint16(p.Bytes[j])
+				m.shift[k] = min(m.shift[k], uint8(m.win-1-j))
+			}
 		}
 	}
 	return m, nil
@@ -183,20 +190,25 @@ func (m *Matcher) Refs() []string { return append([]string(nil), m.refs...) }
 // of its last byte in b, its length and the index of its secret_ref. It
 // returns the state after b.
 //
-// At the root it skips ahead Wu–Manber style: when the two bytes ending a
-// window of minLen bytes occur in no pattern's first minLen bytes, no
-// occurrence can start in the window's first minLen-1 positions, and the
-// scan resumes at the root after them (TestSkipIsExact compares with the
-// byte-by-byte automaton; FuzzStream with the one-shot mask).
+// At the root it skips ahead Wu–Manber style: for the window of win bytes
+// starting at i, no occurrence can start before i+shift[last two bytes]
+// (an occurrence starting there would hold that pair closer to its start
+// than any pattern does), and the scan resumes at the root there; a zero
+// shift enters the automaton (TestSkipIsExact compares with trying every
+// pattern at every position; FuzzStream with the one-shot mask).
 func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, sink hitSink) uint32 {
 	s := state
 	delta, class := m.delta, &m.class
-	step := m.minLen - 1
+	shift, last := m.shift, m.win-1
 	for i := from; i < len(b); i++ {
 		if s == 0 {
-			if step >= 2 {
-				for i+step < len(b) && !m.window[uint16(b[i+step-1])<<8|uint16(b[i+step])] {
-					i += step
+			if shift != nil {
+				for i+last < len(b) {
+					d := int(shift[uint16(b[i+last-1])<<8|uint16(b[i+last])])
+					if d == 0 {
+						break
+					}
+					i += d
 				}
 			}
 			for i < len(b) && !m.starts[b[i]] {
