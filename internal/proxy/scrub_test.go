@@ -417,7 +417,7 @@ func withEarlyHints(ctx context.Context, b *strings.Builder) context.Context {
 // Content-Encoding and Content-Length.
 func TestScrubResponseHead(t *testing.T) {
 	u := newUnitHandler(t, true)
-	m, err := scrub.Compile([]scrub.Secret{{Ref: "api-key", Value: []byte("sk-unit"), Header: "Bearer sk-unit"}})
+	m, err := scrub.Compile([]scrub.Secret{{Ref: "api-key", Value: []byte("sk-unit"), Header: "Bearer sk-unit"}, {Ref: "api-key", Value: []byte("Tok-Abc")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func TestScrubResponseHead(t *testing.T) {
 	s := &responseScrub{m: m, x: x}
 	resp := &http.Response{
 		Status: "101 Switching sk-unit", StatusCode: 101,
-		Header: http.Header{"x-sk-unit": {"v"}, "X-Echo": {"a sk-unit", "clean"}, "Sec-Websocket-Extensions": {"x-other"}},
+		Header: http.Header{"X-Tok-Abc": {"v"}, "X-Echo": {"a sk-unit", "clean"}, "Sec-Websocket-Extensions": {"x-other"}},
 		Body:   nopRWC{},
 	}
 	if err := s.scrubResponse(resp); err != nil {
@@ -434,7 +434,7 @@ func TestScrubResponseHead(t *testing.T) {
 	if resp.Status != "101 Switching *******" || resp.Header.Get("X-Echo") != "a *******" || resp.Header.Values("X-Echo")[1] != "clean" {
 		t.Errorf("status %q, headers %v", resp.Status, resp.Header)
 	}
-	if _, ok := resp.Header["x-sk-unit"]; ok || len(resp.Header["x-*******"]) != 1 {
+	if _, ok := resp.Header["X-Tok-Abc"]; ok || len(resp.Header["X-*******"]) != 1 {
 		t.Errorf("header name not masked: %v", resp.Header)
 	}
 	if _, ok := resp.Body.(*scrubbedConn); !ok {
