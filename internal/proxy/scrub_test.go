@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
 	"context"
@@ -468,3 +469,59 @@ type nopRWC struct{}
 func (nopRWC) Read([]byte) (int, error)    { return 0, io.EOF }
 func (nopRWC) Write(p []byte) (int, error) { return len(p), nil }
 func (nopRWC) Close() error                { return nil }
+
+// TestDecodeBodyCodings: each supported coding, raw deflate (which some
+// servers send for "deflate") and a chain of two decode to the original
+// bytes.
+func TestDecodeBodyCodings(t *testing.T) {
+	const text = `{"echo":"Bearer sk-test-12345"}`
+	enc := func(coding string) []byte {
+		var b bytes.Buffer
+		var w io.WriteCloser
+		switch coding {
+		case "gzip":
+			w = gzip.NewWriter(&b)
+		case "deflate":
+			w = zlib.NewWriter(&b)
+		case "raw-deflate":
+			w, _ = flate.NewWriter(&b, flate.BestSpeed)
+		case "br":
+			w = brotli.NewWriter(&b)
+		case "zstd":
+			w, _ = zstd.NewWriter(&b)
+		}
+		_, _ = io.WriteString(w, text)
+		_ = w.Close()
+		return b.Bytes()
+	}
+	cases := map[string][]byte{"gzip": enc("gzip"), "deflate": enc("deflate"), "br": enc("br"), "zstd": enc("zstd")}
+	cases["deflate (raw)"] = enc("raw-deflate")
+	for name, body := range cases {
+		coding, _, _ := strings.Cut(name, " ")
+		resp := &http.Response{Header: http.Header{"Content-Encoding": {coding}}, Body: io.NopCloser(bytes.NewReader(body))}
+		if err := decodeBody(resp); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		if err != nil || string(got) != text {
+			t.Errorf("%s: %q, %v", name, got, err)
+		}
+		_ = resp.Body.Close()
+	}
+	// "gzip, br": gzip applied first, so br is undone first.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write([]byte(text))
+	_ = zw.Close()
+	var chain bytes.Buffer
+	bw := brotli.NewWriter(&chain)
+	_, _ = bw.Write(gz.Bytes())
+	_ = bw.Close()
+	resp := &http.Response{Header: http.Header{"Content-Encoding": {"gzip", "br"}}, Body: io.NopCloser(&chain)}
+	if err := decodeBody(resp); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(resp.Body); err != nil || string(got) != text {
+		t.Errorf("gzip, br: %q, %v", got, err)
+	}
+}
