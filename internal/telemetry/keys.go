@@ -39,8 +39,8 @@ const (
 )
 
 // KeyWhere is, on a "secret reflected in response" line, where the
-// masked occurrence was: a header name, "status", "trailer:<name>",
-// "body" or "websocket".
+// masked occurrence was: a header name, "header name" (the name itself
+// held it), "status", "trailer:<name>", "body" or "websocket".
 const KeyWhere = "where"
 
 // KeyRoute is the decision line's index, in its rule's routes, of the
