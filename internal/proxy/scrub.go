@@ -299,7 +299,9 @@ func (d *lazyDecoder) open() error {
 	case "br":
 		d.r = brotli.NewReader(d.src)
 	case "zstd":
-		z, err := zstd.NewReader(d.src, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+		// The window is what a stream may make BotBox hold: RFC 9659's
+		// 8 MiB for HTTP, not the library's much larger default.
+		z, err := zstd.NewReader(d.src, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(zstdMaxWindow))
 		if err != nil {
 			return fmt.Errorf("decoding zstd response: %w", err)
 		}
@@ -307,6 +309,9 @@ func (d *lazyDecoder) open() error {
 	}
 	return nil
 }
+
+// zstdMaxWindow bounds a zstd response's window (RFC 9659: 8 MiB).
+const zstdMaxWindow = 8 << 20
 
 // decodedBody closes the origin's body and releases the decoders.
 type decodedBody struct {

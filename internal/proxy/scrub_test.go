@@ -525,3 +525,18 @@ func TestDecodeBodyCodings(t *testing.T) {
 		t.Errorf("gzip, br: %q, %v", got, err)
 	}
 }
+
+// TestDecodeZstdWindowBounded: a zstd stream declaring a window beyond
+// 8 MiB is refused rather than decoded into that much memory.
+func TestDecodeZstdWindowBounded(t *testing.T) {
+	// A frame (RFC 8878 §3.1.1) with no content size and a window
+	// descriptor of 2^26 bytes, then one raw last block of one byte.
+	frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 16 << 3, 0x09, 0x00, 0x00, 'x'}
+	resp := &http.Response{Header: http.Header{"Content-Encoding": {"zstd"}}, Body: io.NopCloser(bytes.NewReader(frame))}
+	if err := decodeBody(resp); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatalf("decoded %q from a 64 MiB-window stream, want an error", got)
+	}
+}
