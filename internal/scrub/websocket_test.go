@@ -109,3 +109,50 @@ func TestFrameReaderControl(t *testing.T) {
 		t.Fatalf("got %q, %v", got, err)
 	}
 }
+
+// FuzzFrameReader: on arbitrary bytes the frame scrubber never panics,
+// never lengthens the stream, changes bytes only to '*', and passes the
+// whole stream when it ends cleanly; on a message of any text split into
+// two fragments anywhere (a ping between them) and read in any chunking,
+// the payloads come out exactly as the text masked at once.
+func FuzzFrameReader(f *testing.F) {
+	f.Add([]byte{0x81, 0x05, 'h', 'e', 'l', 'l', 'o'}, []byte("x Bearer sk-fuzz-0001 y"), 3, 5)
+	f.Add(append([]byte{0x01, 0x7e, 0x00, 0x03}, "abc"...), []byte("sk-fuzz-0001"), 0, 1)
+	m := mustCompile(f, []Secret{{Ref: "r", Value: []byte("sk-fuzz-0001"), Header: "Bearer sk-fuzz-0001"}})
+	f.Fuzz(func(t *testing.T, raw, text []byte, split, chunk int) {
+		chunk = abs(chunk)%17 + 1
+		read := func(in []byte) ([]byte, error) {
+			var parts [][]byte
+			for len(in) > 0 {
+				n := min(chunk, len(in))
+				parts = append(parts, in[:n])
+				in = in[n:]
+			}
+			return io.ReadAll(m.NewFrameReader(&chunks{parts: parts}, nil))
+		}
+		out, err := read(raw)
+		if len(out) > len(raw) || err == nil && len(out) != len(raw) {
+			t.Fatalf("%d bytes in, %d out, %v", len(raw), len(out), err)
+		}
+		for i := range out {
+			if out[i] != raw[i] && out[i] != '*' {
+				t.Fatalf("byte %d changed to %q", i, out[i])
+			}
+		}
+		if len(text) > 60000 {
+			return
+		}
+		split = abs(split) % (len(text) + 1)
+		f1, f2, f3 := frame(false, 1, text[:split]), frame(true, 9, []byte("p")), frame(true, 0, text[split:])
+		stream := append(append(append([]byte(nil), f1...), f2...), f3...)
+		got, err := read(stream)
+		if err != nil || len(got) != len(stream) {
+			t.Fatalf("message: %d of %d bytes, %v", len(got), len(stream), err)
+		}
+		h1, h3, at3 := len(f1)-split, len(f3)-(len(text)-split), len(f1)+len(f2)
+		payload := string(got[h1:len(f1)]) + string(got[at3+h3:])
+		if want := m.Mask(string(text), nil); payload != want {
+			t.Fatalf("payload %q, want %q", payload, want)
+		}
+	})
+}
