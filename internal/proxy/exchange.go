@@ -62,11 +62,13 @@ type exchange struct {
 	aborted      bool
 	tunnel       *tunnelConn
 	timerDone    bool
-	agentH2      bool           // the agent's request came over HTTP/2 (see outboundBody)
-	lineLater    bool           // a CONNECT tunnel writes the line itself when it ends (serveConnect)
-	scrubOn      bool           // the rule scrubs responses (scrub_responses)
-	scrub        *responseScrub // &scrubState, set by prepareScrub when secrets were injected
-	scrubState   responseScrub
+	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
+	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
+
+	// Response scrubbing (scrub.go).
+	scrubOn    bool           // the rule scrubs responses (scrub_responses)
+	scrub      *responseScrub // &scrubState, set by prepareScrub when secrets were injected
+	scrubState responseScrub
 }
 
 // exchangeKey is the context key under which forward stores the exchange
