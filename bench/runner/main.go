@@ -82,6 +82,11 @@ func main() {
 			r.variants = append(r.variants, variant{"botbox-" + name, env})
 		}
 	}
+	// Response scrubbing (issue 13) is on in "botbox" (its rules inject
+	// a secret); this variant is the same build with scrub_responses:
+	// false, side by side in small, post and stream, for the budget cells
+	// (scrub on ≥ 0.8× the stream throughput, ≤ +10% CPU per small request).
+	r.variants = append(r.variants, variant{scrubOffName, scrubOffEnv})
 	// The servers run in their own process groups (so that a terminal's ^C
 	// does not kill them mid-cell): stop them on SIGINT/SIGTERM too.
 	sig := make(chan os.Signal, 1)
@@ -326,6 +331,12 @@ egress_policy:
 		envs = slices.Delete(envs, i, i+1)
 		cfg += fmt.Sprintf("placeholders:\n  enabled: true\n  dir: %s\n", r.path(name+"-placeholders"))
 	}
+	if i := slices.Index(envs, scrubOffEnv); i >= 0 {
+		// Not an environment variable either: every rule injecting the
+		// token gets scrub_responses: false.
+		envs = slices.Delete(envs, i, i+1)
+		cfg = strings.ReplaceAll(cfg, "          secret_ref: origin-token\n", "          secret_ref: origin-token\n      scrub_responses: false\n")
+	}
 	file := r.path(name + ".yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return err
@@ -354,6 +365,14 @@ egress_policy:
 // placeholdersEnv, as an element of a BOTBOX_VARIANTS environment list
 // ("ph=placeholders=on"), runs that variant with placeholders enabled.
 const placeholdersEnv = "placeholders=on"
+
+// scrubOffEnv, as an element of a variant's environment list, runs it
+// with scrub_responses: false on every rule; scrubOffName is the variant
+// the runner always adds.
+const (
+	scrubOffEnv  = "scrub=off"
+	scrubOffName = "botbox-scrub-off"
+)
 
 // policyV2Env, as an element of a BOTBOX_VARIANTS environment list
 // ("policyv2=policy=v2"), runs that variant under addPolicyV2's policy.

@@ -215,6 +215,14 @@ func (r *runner) targetsSummary() string {
 		peak := field(g, func(c cell) float64 { return c.peakMiB }).max
 		check("256 MiB stream: BotBox peak RSS (MiB)", peak, true, "≤ 32", peak <= 32)
 	}
+	// Issue 13: response scrubbing on ("botbox") against the same build
+	// with scrub_responses: false.
+	v, ok = med("stream", "botbox", scrubOffName, 1, func(c cell) float64 { return c.mibps })
+	check("256 MiB stream: MiB/s scrub on / scrub off", v, ok, "≥ 0.8", v >= 0.8)
+	for _, n := range []int{16, 128} {
+		v, ok = med("small", "botbox", scrubOffName, n, func(c cell) float64 { return c.cpuUS })
+		check(fmt.Sprintf("small c=%d: CPU/req scrub on / scrub off", n), v, ok, "≤ 1.10", v <= 1.10)
+	}
 	v, ok = med("intercept-newconn", "botbox", "nginx", 16, rps)
 	check("interception, new conn/request: req/s BotBox / nginx", v, ok, "≥ 1.0", v >= 1.0)
 	v, ok = med("intercept-newconn", "botbox", "nginx", 16, func(c cell) float64 { return c.cpuUS })

@@ -80,7 +80,7 @@ egress_policy:
 		t.Errorf("ports = %d, %d, want 8080, 9090", c.ListenPort, c.MetricsPort)
 	}
 	want := Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{
-		{Host: "api.openai.com", RawHost: "api.openai.com", Index: 0, Line: 10, Action: ActionAllow,
+		{Host: "api.openai.com", RawHost: "api.openai.com", Index: 0, Line: 10, Action: ActionAllow, ScrubResponses: true,
 			HeaderRewrites: []HeaderRewrite{{Name: "Authorization", Value: "Bearer {value}", SecretRef: "openai-api-key"}}},
 		{Host: "evil.example.com", RawHost: "evil.example.com", Index: 1, Line: 16, Action: ActionDeny},
 	}}
@@ -1048,5 +1048,39 @@ func TestPlaceholdersDirAgainstRelativeSecretsDir(t *testing.T) {
 	_, err := Parse([]byte("secrets_dir: secrets\nplaceholders:\n  enabled: true\n  dir: " + dir + "\negress_policy:\n  rules:\n    - host: a.example\n      action: allow\n"))
 	if err == nil || !strings.Contains(err.Error(), "overlaps secrets_dir") {
 		t.Fatalf("err = %v, want the overlap refused", err)
+	}
+}
+
+// TestRuleScrubResponses: scrub_responses defaults to true on an allow
+// rule, false turns it off, a deny rule never scrubs and may not set it,
+// and the effective configuration shows it where it acts.
+func TestRuleScrubResponses(t *testing.T) {
+	t.Parallel()
+	c := mustParse(t, `egress_policy:
+  rules:
+    - host: a.example
+      action: allow
+      header_rewrites:
+        - {name: Authorization, value: "Bearer {value}", secret_ref: k}
+    - host: b.example
+      action: allow
+      scrub_responses: false
+      header_rewrites:
+        - {name: Authorization, value: "Bearer {value}", secret_ref: k}
+    - host: c.example
+      action: deny
+`)
+	got := []bool{c.Policy.Rules[0].ScrubResponses, c.Policy.Rules[1].ScrubResponses, c.Policy.Rules[2].ScrubResponses}
+	if d := cmp.Diff([]bool{true, false, false}, got); d != "" {
+		t.Errorf("ScrubResponses (-want +got):\n%s", d)
+	}
+	_, err := Parse([]byte(`egress_policy:
+  rules:
+    - host: c.example
+      action: deny
+      scrub_responses: true
+`))
+	if err == nil || !strings.Contains(err.Error(), "scrub_responses applies only to an allow rule") {
+		t.Errorf("deny rule with scrub_responses: err = %v", err)
 	}
 }

@@ -74,6 +74,7 @@ type effRule struct {
 	Routes                  []effRoute    `yaml:"routes,omitempty"`
 	MaxRequestBodyBytes     int64         `yaml:"max_request_body_bytes,omitempty"`
 	RateLimit               *effRateLimit `yaml:"rate_limit,omitempty,flow"`
+	ScrubResponses          *bool         `yaml:"scrub_responses,omitempty"`
 }
 
 // effRoute is a route; omitted methods or paths mean any.
@@ -167,6 +168,10 @@ func (c *Config) Effective() ([]byte, error) {
 		er.MaxRequestBodyBytes = r.MaxRequestBodyBytes
 		if rl := r.RateLimit; rl != nil {
 			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
+		}
+		if r.Action == ActionAllow && len(r.HeaderRewrites) > 0 {
+			// Shown where it acts: only injected values are scrubbed.
+			er.ScrubResponses = &r.ScrubResponses
 		}
 		e.EgressPolicy.Rules = append(e.EgressPolicy.Rules, er)
 	}

@@ -87,9 +87,9 @@ func TestReferenceExample(t *testing.T) {
 		t.Fatalf("Load() error = %v", err)
 	}
 	want := Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{
-		{Host: "api.openai.com", RawHost: "api.openai.com", Index: 0, Line: 12, Action: ActionAllow,
+		{Host: "api.openai.com", RawHost: "api.openai.com", Index: 0, Line: 12, Action: ActionAllow, ScrubResponses: true,
 			HeaderRewrites: []HeaderRewrite{{Name: "Authorization", Value: "Bearer {value}", SecretRef: "openai-api-key"}}},
-		{Host: "api.anthropic.com", RawHost: "api.anthropic.com", Index: 1, Line: 18, Action: ActionAllow,
+		{Host: "api.anthropic.com", RawHost: "api.anthropic.com", Index: 1, Line: 18, Action: ActionAllow, ScrubResponses: true,
 			HeaderRewrites: []HeaderRewrite{
 				{Name: "x-api-key", Value: "{value}", SecretRef: "anthropic-api-key"},
 				{Name: "anthropic-version", Value: "2023-06-01"},

@@ -133,6 +133,11 @@ type Rule struct {
 	MaxRequestBodyBytes int64
 	// RateLimit is the rule's token bucket (nil = no rate limit).
 	RateLimit *RateLimit
+	// ScrubResponses masks the values this rule's header_rewrites inject
+	// wherever the origin reflects them in its response (package scrub);
+	// true unless the rule says scrub_responses: false. Always false for a
+	// deny rule.
+	ScrubResponses bool
 }
 
 // Route is one routes entry of an allow rule.

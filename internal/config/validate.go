@@ -376,6 +376,12 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 		r.ResponseHeaderTimeout = c.ms(path+".response_header_timeout_ms", w.ResponseHeaderTimeoutMS, 0, 1, responseHeaderTimeoutMSLimit)
 	}
 	c.limits(path, &r, w)
+	switch {
+	case w.ScrubResponses != nil && r.Action == ActionDeny:
+		c.errorf(path+".scrub_responses", "scrub_responses applies only to an allow rule (this rule denies every request)")
+	case r.Action == ActionAllow:
+		r.ScrubResponses = w.ScrubResponses == nil || *w.ScrubResponses
+	}
 	return r, hostOK
 }
 

@@ -69,6 +69,7 @@ type wireRule struct {
 	Routes                  []wireRoute    `yaml:"routes"`
 	MaxRequestBodyBytes     *int64         `yaml:"max_request_body_bytes"`
 	RateLimit               *wireRateLimit `yaml:"rate_limit"`
+	ScrubResponses          *bool          `yaml:"scrub_responses"`
 }
 
 // wireRoute is one routes entry of a rule.

@@ -79,10 +79,11 @@ var allowedInternal = map[string][]string{
 	"rewrite":     {"config", "echo", "secrets"},         // secrets only for the Value type
 	"placeholder": {"secretref", "secrets", "telemetry"}, // secrets only for the Value type; telemetry for log keys
 	"upstream":    {},
+	"scrub":       {}, // a leaf: patterns and masking, no HTTP, no logging
 	"mitm":        {"echo", "hostport"},
 	"netfilter":   {},
 	"listener":    {"telemetry"},
-	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "rewrite", "secrets", "telemetry", "upstream"},
+	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "rewrite", "scrub", "secrets", "telemetry", "upstream"},
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
 	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                               // hostport: the same canonical name the policy judged

@@ -178,6 +178,21 @@ func BenchmarkServePlain(b *testing.B) {
 	serveLoop(b, h.Plain(), parsedRequest(b, fmt.Sprintf(benchReq, "api.example.test")))
 }
 
+// BenchmarkServePlainScrubOff is BenchmarkServePlain on a rule with
+// scrub_responses: false: the difference is the per-request cost of
+// response scrubbing (docs/performance.md, issue 13's ≤ +10% budget).
+func BenchmarkServePlainScrubOff(b *testing.B) {
+	h := newBenchHandler(b, cannedTransport{}, 8443, `    - host: noscrub.example.test
+      action: allow
+      scrub_responses: false
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: api-key
+`)
+	serveLoop(b, h.Plain(), parsedRequest(b, fmt.Sprintf(benchReq, "noscrub.example.test")))
+}
+
 // BenchmarkServePlainPOST is BenchmarkServePlain with a 1 KiB JSON body,
 // an agent's usual call; the transport reads the body. Resetting the body
 // costs the benchmark 2 allocations per request.

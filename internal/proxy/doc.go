@@ -11,6 +11,11 @@
 // secret snapshot (package rewrite), and emit exactly one canonical
 // "proxy decision" log line plus the reference's Prometheus metrics.
 //
+// For a rule that injected secret values (and scrub_responses, the
+// default), the response is scrubbed on its way back (scrub.go, package
+// scrub): every reflected value, in its echo encodings, reaches the agent
+// masked at the same length; a body it cannot inspect is a 502.
+//
 // The decision line tells what happened, not only what was decided: a body
 // cut by the origin or a client gone is logged with its reason and error at
 // WARN; an upgrade tunnel (WebSocket, the only upgrade forwarded) is logged

@@ -99,6 +99,11 @@ func classify(ctx context.Context, err error) failure {
 		// Fail closed: never forward a request without its credential.
 		return failure{status: http.StatusInternalServerError, body: bodySecretMissing, reason: reasonSecretMissing}
 	}
+	if isUninspectable(err) {
+		// Response scrubbing cannot read this response (scrub.go): fail
+		// closed, none of it reaches the agent.
+		return failure{status: http.StatusBadGateway, body: bodyUninspectable, reason: reasonUninspectable}
+	}
 	if _, ok := errors.AsType[*rewrite.InvalidValueError](err); ok {
 		// The filled template is not a valid header value (e.g. CR/LF in the secret).
 		return failure{status: http.StatusInternalServerError, body: bodyRewriteFailed, reason: reasonRewriteFailed}

@@ -65,6 +65,11 @@ type exchange struct {
 	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
 	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
 	tw           tripState
+
+	// Response scrubbing (scrub.go).
+	scrubOn    bool           // the rule scrubs responses (scrub_responses)
+	scrub      *responseScrub // &scrubState, set by prepareScrub when secrets were injected
+	scrubState responseScrub
 }
 
 // exchangeKey is the context key under which forward stores the exchange
@@ -282,6 +287,10 @@ type countingWriter struct {
 func (c *countingWriter) WriteHeader(code int) {
 	if c.status == 0 && code >= 200 || code == http.StatusSwitchingProtocols {
 		c.status = code
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols && c.x.scrub != nil {
+		// A 1xx head ReverseProxy relays (Early Hints): scrub.go.
+		c.x.scrub.maskInformational(c.Header())
 	}
 	c.ResponseWriter.WriteHeader(code)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
+	"github.com/botbox/botbox/internal/scrub"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/upstream"
@@ -94,6 +95,7 @@ type Handler struct {
 	connect    connectSetup
 	// placeholders is nil when placeholders are off.
 	placeholders PlaceholderSource
+	scrubs       *scrub.Cache[scrubKey]
 }
 
 // defaultTunnelIdle applies when Options.Config has no tunnel idle timeout
@@ -122,6 +124,7 @@ func New(opts Options) (*Handler, error) {
 		connect:    newConnectSetup(opts),
 
 		placeholders: opts.Placeholders,
+		scrubs:       scrub.NewCache[scrubKey](scrubCacheSize),
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -313,6 +316,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if d.Rule != nil {
 		x.hostLabel = d.Rule.Host
 		x.rewrites = g.Rewrites(d)
+		x.scrubOn = d.Rule.ScrubResponses
 	} else {
 		x.hostLabel = telemetry.HostDefaultAllow
 	}
@@ -381,6 +385,9 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 		return
 	}
 	x.rewritten = names
+	if x.scrubOn {
+		h.prepareScrub(x, out)
+	}
 	if len(names) > 0 {
 		// Counted here, where the decision line's header_rewritten is
 		// decided, so that the metric and the log agree even when the
@@ -424,12 +431,21 @@ func (h *Handler) upstreamResponse(resp *http.Response) error {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// ReverseProxy needs the body's io.ReadWriteCloser for the tunnel;
 		// the tunnel's bytes are counted on the agent's side (tunnelConn).
+		if x.scrub != nil {
+			return x.scrub.scrubResponse(resp)
+		}
 		return nil
 	}
 	// Large HTTP/2 bodies: one flow-control update per 256 KiB instead of
 	// per 32 KiB (see coalescingBody).
 	if resp.ProtoMajor == 2 && resp.ContentLength >= coalesceMinBody {
 		resp.Body = newCoalescingBody(resp.Body)
+	}
+	if x.scrub != nil {
+		// Masks the head, wraps the body (scrub.go); an error is a 502.
+		if err := x.scrub.scrubResponse(resp); err != nil {
+			return err
+		}
 	}
 	x.ub.ReadCloser, x.ub.x = resp.Body, x
 	resp.Body = &x.ub

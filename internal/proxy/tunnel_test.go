@@ -14,7 +14,8 @@ import (
 )
 
 // holdOpen is an origin upgrade handler that answers 101, echoes every line
-// and keeps the tunnel open until the other side closes it.
+// (in a WebSocket frame, as wsecho) and keeps the tunnel open until the
+// other side closes it.
 func holdOpen(w http.ResponseWriter, r *http.Request) {
 	c, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -28,7 +29,7 @@ func holdOpen(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		fmt.Fprint(brw, "echo: "+line)
+		_, _ = brw.Write(wsecho.Frame("echo: " + line))
 		_ = brw.Flush()
 	}
 }
@@ -55,9 +56,9 @@ func TestWebSocketTunnelCounted(t *testing.T) {
 	}
 	c.Close()
 	line := e.waitDecisions(1)[0]
-	// in: "ping\n" from the agent; out: "echo: ping\n" to it.
-	if line["status"] != float64(101) || line["upstream_status"] != float64(101) || line["bytes_in"] != float64(5) || line["bytes_out"] != float64(11) {
-		t.Errorf("tunnel line = %v, want status 101, bytes_in 5, bytes_out 11", line)
+	// in: "ping\n" from the agent; out: "echo: ping\n" to it in a frame.
+	if line["status"] != float64(101) || line["upstream_status"] != float64(101) || line["bytes_in"] != float64(5) || line["bytes_out"] != float64(13) {
+		t.Errorf("tunnel line = %v, want status 101, bytes_in 5, bytes_out 13", line)
 	}
 	if line["reason"] != "rule_allow" || line["level"] != "INFO" {
 		t.Errorf("tunnel line = %v, want rule_allow at INFO", line)
@@ -82,7 +83,7 @@ func TestTunnelKeepsBytesSentWithTheUpgrade(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade: %v, %v", resp, err)
 	}
-	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+	if line, err := wsecho.ReadFrame(br); err != nil || line != "echo: ping\n" {
 		t.Fatalf("after the upgrade got %q, %v; want the echo of the pipelined line", line, err)
 	}
 	c.Close()

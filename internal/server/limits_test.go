@@ -153,7 +153,7 @@ func TestShutdownClosesHijackedAtDeadline(t *testing.T) {
 			if err != nil {
 				return
 			}
-			fmt.Fprint(brw, "echo: "+line)
+			_, _ = brw.Write(wsecho.Frame("echo: " + line))
 			_ = brw.Flush()
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,6 +135,13 @@ func start(t *testing.T, o harnessOpts) *harness {
 				}
 			}
 			w.Header().Set("Grpc-Status", "0")
+		case "/echo":
+			// An origin reflecting the injected credential (issue 13): in
+			// a header, a cookie and the body, raw and base64.
+			auth := r.Header.Get("Authorization")
+			w.Header().Set("X-Echo", auth)
+			w.Header().Set("Set-Cookie", "t="+base64.StdEncoding.EncodeToString([]byte(auth)))
+			_ = json.NewEncoder(w).Encode(map[string]any{"headers": r.Header, "b64": base64.StdEncoding.EncodeToString([]byte(auth))})
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(map[string]any{"proto": r.Proto, "host": r.Host, "authorization": r.Header.Get("Authorization") != ""})
@@ -755,8 +763,9 @@ func TestDefaultListenAddrIsDualStack(t *testing.T) {
 }
 
 // TestCanarySecretOnInterceptionListener extends the canary test to the TLS
-// listener: allowed, mismatched, denied and failing requests, then a search
-// of responses, metrics and logs.
+// listener: allowed, mismatched, denied and failing requests, and an
+// origin that echoes the injected credential (masked since issue 13), then
+// a search of responses (raw and base64), metrics and logs.
 func TestCanarySecretOnInterceptionListener(t *testing.T) {
 	h := start(t, harnessOpts{writeSecret: true, interception: "  enforce_sni_host_match: true\n"})
 	var seen strings.Builder
@@ -766,14 +775,19 @@ func TestCanarySecretOnInterceptionListener(t *testing.T) {
 		{"evil.example.test", "evil.example.test"},
 	} {
 		for _, h2 := range []bool{false, true} {
-			c := h.interceptClient(tc.sni, h2)
-			req, _ := http.NewRequest(http.MethodGet, "https://"+tc.host+"/", nil)
-			resp, err := c.Do(req)
-			if err != nil {
-				t.Fatalf("%+v h2=%v: %v", tc, h2, err)
+			for _, path := range []string{"/", "/echo"} {
+				c := h.interceptClient(tc.sni, h2)
+				req, _ := http.NewRequest(http.MethodGet, "https://"+tc.host+path, nil)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatalf("%+v h2=%v: %v", tc, h2, err)
+				}
+				fmt.Fprintf(&seen, "%d %v %s\n", resp.StatusCode, resp.Header, body(t, resp))
 			}
-			fmt.Fprintf(&seen, "%d %v %s\n", resp.StatusCode, resp.Header, body(t, resp))
 		}
+	}
+	if !strings.Contains(seen.String(), "*****") {
+		t.Error("no masked echo in the responses; the search below proves less")
 	}
 	resp, err := http.Get("http://" + h.addrs.Metrics.String() + "/metrics")
 	if err != nil {
@@ -781,12 +795,13 @@ func TestCanarySecretOnInterceptionListener(t *testing.T) {
 	}
 	metrics := body(t, resp)
 	for name, text := range map[string]string{"responses": seen.String(), "metrics": metrics, "logs": h.logs.String()} {
-		if strings.Contains(text, canary) || strings.Contains(text, "c0ffee-42") {
+		b64 := base64.StdEncoding.EncodeToString([]byte("Bearer " + canary))
+		if strings.Contains(text, canary) || strings.Contains(text, "c0ffee-42") || strings.Contains(text, b64[4:len(b64)-4]) {
 			t.Errorf("canary secret found in %s", name)
 		}
 	}
-	if n := len(h.logs.Find("proxy decision")); n != 6 {
-		t.Errorf("%d decision lines, want 6", n)
+	if n := len(h.logs.Find("proxy decision")); n != 12 {
+		t.Errorf("%d decision lines, want 12", n)
 	}
 }
 

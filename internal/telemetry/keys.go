@@ -39,6 +39,11 @@ const (
 	KeyDir        = "dir"         // a directory BotBox reads or writes (placeholders.dir)
 )
 
+// KeyWhere is, on a "secret reflected in response" line, where the
+// masked occurrence was: a header name, "header name" (the name itself
+// held it), "status", "trailer:<name>", "body" or "websocket".
+const KeyWhere = "where"
+
 // KeyRoute is the decision line's index, in its rule's routes, of the
 // route that decided; absent when no route did.
 const KeyRoute = "route"

@@ -71,6 +71,11 @@ type Metrics struct {
 	// host whose rule does not reference it (secret_ref is a configured
 	// key name, a closed set).
 	SecretTripwire *prometheus.CounterVec
+	// SecretReflections is botbox_secret_reflections_total{secret_ref}
+	// (BotBox's own): occurrences of an injected secret, in any of its
+	// encodings, that an origin reflected in a response and BotBox masked
+	// (package scrub). secret_ref is a configured name, never a value.
+	SecretReflections *prometheus.CounterVec
 
 	hosts sync.Map // host label -> *HostMetrics
 }
@@ -130,6 +135,10 @@ func NewMetrics() *Metrics {
 		SecretTripwire: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "botbox_secret_tripwire_total",
 			Help: "Total requests refused for carrying a placeholder credential to a host its secret is not for",
+		}, []string{"secret_ref"}),
+		SecretReflections: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "botbox_secret_reflections_total",
+			Help: "Injected secret values found in responses and masked",
 		}, []string{"secret_ref"}),
 	}
 }

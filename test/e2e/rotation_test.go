@@ -32,7 +32,11 @@ func TestSecretRotationWhileRequestsFlow(t *testing.T) {
 
 func testRotation(t *testing.T, plain bool) {
 	oldKey, newKey := "sk-old-"+randomHex(t, 8), "sk-new-"+randomHex(t, 8)
-	p := newPod(t, podConfig{ipv6: true, plainSecrets: plain, secrets: map[string]string{"api-key": oldKey}})
+	// The request loop learns which credential the origin received from
+	// the origin's echo, so this pod turns response scrubbing off (it would
+	// mask both keys alike; AT-004 covers scrubbing).
+	rules := strings.Replace(rulesDefault, "          secret_ref: api-key\n", "          secret_ref: api-key\n      scrub_responses: false\n", 1)
+	p := newPod(t, podConfig{ipv6: true, plainSecrets: plain, rules: rules, secrets: map[string]string{"api-key": oldKey}})
 	pid := p.botbox.cmd.Process.Pid
 
 	const warmup, after = 20, 20

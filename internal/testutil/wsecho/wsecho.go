@@ -1,7 +1,9 @@
 // Package wsecho is a minimal WebSocket-style upgrade peer for tests: an
 // origin handler that answers 101 and echoes one line, and the client side
 // of the same exchange over any connection. It proves that an upgrade and
-// the bytes after it cross a proxy; it does not speak WebSocket framing.
+// the bytes after it cross a proxy. The server's bytes are WebSocket
+// frames (one unmasked text frame per echo, RFC 6455 §5.2), which a proxy
+// that scrubs server frames must parse; the client's are bare lines.
 package wsecho
 
 import (
@@ -37,15 +39,46 @@ func Handler(check func(r *http.Request) string) http.HandlerFunc {
 		fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
 		_ = brw.Flush()
 		if line, err := brw.ReadString('\n'); err == nil {
-			fmt.Fprint(brw, "echo: "+line)
+			_, _ = brw.Write(Frame("echo: " + line))
 			_ = brw.Flush()
 		}
 	}
 }
 
+// Frame returns payload (at most 65535 bytes) as one unmasked, final text
+// frame: what a server sends.
+func Frame(payload string) []byte {
+	if len(payload) < 126 {
+		return append([]byte{0x81, byte(len(payload))}, payload...)
+	}
+	return append([]byte{0x81, 126, byte(len(payload) >> 8), byte(len(payload))}, payload...)
+}
+
+// ReadFrame reads one unmasked frame of at most 65535 bytes (Frame's
+// output) and returns its payload.
+func ReadFrame(r io.Reader) (string, error) {
+	var h [4]byte
+	if _, err := io.ReadFull(r, h[:2]); err != nil {
+		return "", err
+	}
+	n := int(h[1] & 0x7f)
+	if h[1]&0x80 != 0 || n == 127 {
+		return "", fmt.Errorf("wsecho: unsupported frame header % x", h[:2])
+	}
+	if n == 126 {
+		if _, err := io.ReadFull(r, h[2:]); err != nil {
+			return "", err
+		}
+		n = int(h[2])<<8 | int(h[3])
+	}
+	p := make([]byte, n)
+	_, err := io.ReadFull(r, p)
+	return string(p), err
+}
+
 // RoundTrip sends an upgrade request for path with the given Host and extra
 // header lines ("Name: value\r\n"…) on c, expects 101, sends "ping\n" and
-// checks that "echo: ping\n" comes back.
+// checks that "echo: ping\n" comes back in one frame.
 func RoundTrip(t *testing.T, c net.Conn, host, path, extra string) {
 	t.Helper()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -60,7 +93,7 @@ func RoundTrip(t *testing.T, c net.Conn, host, path, extra string) {
 		t.Fatalf("upgrade: status %d %q", resp.StatusCode, b)
 	}
 	fmt.Fprint(c, "ping\n")
-	if line, err := br.ReadString('\n'); err != nil || line != "echo: ping\n" {
+	if line, err := ReadFrame(br); err != nil || line != "echo: ping\n" {
 		t.Fatalf("after the upgrade got %q, %v; want the echo", line, err)
 	}
 }
