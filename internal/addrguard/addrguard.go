@@ -191,6 +191,20 @@ var (
 	}
 )
 
+// MetadataAddrs returns the cloud metadata addresses (class metadata), for
+// callers that warn when a configured range contains one.
+func MetadataAddrs() []netip.Addr {
+	var out []netip.Addr
+	for _, rs := range [][]classRange{ranges4, ranges6} {
+		for _, r := range rs {
+			if r.class == ClassMetadata {
+				out = append(out, r.prefix.Addr())
+			}
+		}
+	}
+	return out
+}
+
 var (
 	pfxMapped     = mp("::ffff:0:0/96")
 	pfxCompatible = mp("::/96")

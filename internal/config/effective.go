@@ -40,6 +40,12 @@ type effConfig struct {
 
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
+	AddressGuard      effAddressGuard `yaml:"address_guard"`
+}
+
+type effAddressGuard struct {
+	Enabled      bool     `yaml:"enabled"`
+	AllowedCIDRs []string `yaml:"allowed_cidrs,flow"`
 }
 
 type effPolicy struct {
@@ -59,6 +65,7 @@ type effRule struct {
 	Routes                  []effRoute    `yaml:"routes,omitempty"`
 	MaxRequestBodyBytes     int64         `yaml:"max_request_body_bytes,omitempty"`
 	RateLimit               *effRateLimit `yaml:"rate_limit,omitempty,flow"`
+	AllowPrivateAddresses   bool          `yaml:"allow_private_addresses,omitempty"`
 }
 
 // effRoute is a route; omitted methods or paths mean any.
@@ -103,7 +110,7 @@ const listenAddrComment = "listen_addr not set: 127.0.0.1, and also ::1 when the
 // back an equivalent Config. An omitted listen_addr stays omitted (with a
 // comment), because an explicit one changes the IPv6 behaviour; an omitted
 // allowed_ports is shown as [443]; the https_interception block is always
-// shown.
+// shown, and so is the address_guard block.
 func (c *Config) Effective() ([]byte, error) {
 	e := effConfig{
 		ListenPort:       c.ListenPort,
@@ -149,6 +156,7 @@ func (c *Config) Effective() ([]byte, error) {
 			er.Routes = append(er.Routes, effRoute(rt))
 		}
 		er.MaxRequestBodyBytes = r.MaxRequestBodyBytes
+		er.AllowPrivateAddresses = r.AllowPrivateAddresses
 		if rl := r.RateLimit; rl != nil {
 			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
 		}
@@ -169,6 +177,10 @@ func (c *Config) Effective() ([]byte, error) {
 	}
 	if in.ListenAddrExplicit {
 		e.HTTPSInterception.ListenAddr = in.ListenAddr.String()
+	}
+	e.AddressGuard = effAddressGuard{Enabled: c.AddressGuard.Enabled, AllowedCIDRs: []string{}}
+	for _, p := range c.AddressGuard.AllowedCIDRs {
+		e.AddressGuard.AllowedCIDRs = append(e.AddressGuard.AllowedCIDRs, p.String())
 	}
 
 	var root yaml.Node

@@ -38,6 +38,13 @@ type wireConfig struct {
 
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
+	AddressGuard      *wireAddressGuard `yaml:"address_guard"`
+}
+
+// wireAddressGuard is address_guard.
+type wireAddressGuard struct {
+	Enabled      *bool    `yaml:"enabled"`
+	AllowedCIDRs []string `yaml:"allowed_cidrs"`
 }
 
 // wirePolicy is egress_policy.
@@ -59,6 +66,7 @@ type wireRule struct {
 	Routes                  []wireRoute    `yaml:"routes"`
 	MaxRequestBodyBytes     *int64         `yaml:"max_request_body_bytes"`
 	RateLimit               *wireRateLimit `yaml:"rate_limit"`
+	AllowPrivateAddresses   *bool          `yaml:"allow_private_addresses"`
 }
 
 // wireRoute is one routes entry of a rule.
