@@ -178,7 +178,7 @@ func (c *Config) Effective() ([]byte, error) {
 	if in.ListenAddrExplicit {
 		e.HTTPSInterception.ListenAddr = in.ListenAddr.String()
 	}
-	e.AddressGuard = effAddressGuard{Enabled: c.AddressGuard.Enabled, AllowedCIDRs: []string{}}
+	e.AddressGuard = effAddressGuard{Enabled: !c.AddressGuard.Disabled, AllowedCIDRs: []string{}}
 	for _, p := range c.AddressGuard.AllowedCIDRs {
 		e.AddressGuard.AllowedCIDRs = append(e.AddressGuard.AllowedCIDRs, p.String())
 	}

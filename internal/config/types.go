@@ -67,11 +67,12 @@ type Config struct {
 
 // AddressGuard is the address_guard section.
 type AddressGuard struct {
-	// Enabled is true by default (a documented difference from the
-	// reference): BotBox refuses to dial loopback, link-local and metadata,
+	// Disabled is address_guard.enabled: false. The guard is on by default
+	// (a documented difference from the reference), and so in a zero
+	// Config: BotBox refuses to dial loopback, link-local and metadata,
 	// private, CGNAT, ULA and the other special ranges of package addrguard
 	// unless an opt-in opens them.
-	Enabled bool
+	Disabled bool
 	// AllowedCIDRs are ranges never refused (masked, no IPv4-mapped
 	// prefixes; a bare IP is a /32 or /128). Empty, never nil, after Parse.
 	AllowedCIDRs []netip.Prefix

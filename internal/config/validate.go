@@ -769,12 +769,12 @@ const (
 // addressGuard validates address_guard (absent: enabled, nothing allowed).
 func (c *checker) addressGuard(w *wireAddressGuard) AddressGuard {
 	const base = "address_guard"
-	g := AddressGuard{Enabled: true, AllowedCIDRs: []netip.Prefix{}}
+	g := AddressGuard{AllowedCIDRs: []netip.Prefix{}}
 	if w == nil {
 		return g
 	}
-	g.Enabled = boolean(w.Enabled, true)
-	if !g.Enabled {
+	g.Disabled = !boolean(w.Enabled, true)
+	if g.Disabled {
 		c.warn(base+".enabled", warnAddressGuardOff)
 	}
 	seen := map[netip.Prefix]int{}

@@ -93,6 +93,10 @@ type envOpts struct {
 	now            func() time.Time // the handler's clock (default time.Now)
 	guard          upstream.Guard   // the transport's dial guard (default none)
 	connectTLS     bool             // serve CONNECT with leaves from the test CA (connect_test.go)
+	// peer, when valid, is the remote address the upstream connections
+	// report (the dial still goes to the origin): the address guard judges
+	// it (addrguard_test.go).
+	peer netip.AddrPort
 }
 
 func newEnv(t *testing.T, o envOpts) *testEnv {
@@ -152,7 +156,11 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 		Guard:                 o.guard,
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, network, *e.dialAddr.Load())
+			c, err := d.DialContext(ctx, network, *e.dialAddr.Load())
+			if err == nil && o.peer.IsValid() {
+				c = peerConn{Conn: c, peer: net.TCPAddrFromAddrPort(o.peer)}
+			}
+			return c, err
 		},
 	})
 	if err != nil {
@@ -398,7 +406,7 @@ func TestUpstreamUnreachableReturns502(t *testing.T) {
 }
 
 // TestDialGuardRefusalReturns403: an address the dial guard refuses ends
-// the request with 403 and reason upstream_addr_denied, nothing reaches the
+// the request with 403 and reason address_guard, nothing reaches the
 // origin, and the guard is told which host the dial is for.
 func TestDialGuardRefusalReturns403(t *testing.T) {
 	var sawHost atomic.Pointer[string]

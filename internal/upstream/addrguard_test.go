@@ -276,4 +276,3 @@ func TestCheckAddress(t *testing.T) {
 		})
 	}
 }
-
