@@ -25,7 +25,9 @@
 #       (environment variables comma-separated; a first element
 #       "@/path/to/botbox" runs another binary, e.g. a baseline build; the
 #       element "policy=v2" runs issue 11's 20-rule policy with 5 routes on
-#       the hit rule: BOTBOX_VARIANTS="policyv2=policy=v2")
+#       the hit rule: BOTBOX_VARIANTS="policyv2=policy=v2"; the element
+#       "guard=off" runs with address_guard disabled, beside the default
+#       (guard on): BOTBOX_VARIANTS="guardoff=guard=off")
 #   PROFILE=DIR   BotBox runs as bench/profile (the same server code with
 #       pprof); DIR/cpu.prof and DIR/allocs.prof are written when it stops
 set -euo pipefail
