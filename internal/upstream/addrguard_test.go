@@ -276,3 +276,51 @@ func TestCheckAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolsBounded: distinct exceptions get distinct pools, equal ones
+// share, and at most maxPools are kept (the least recently used one is
+// dropped, never the first).
+func TestPoolsBounded(t *testing.T) {
+	tr, err := NewTransport(Options{Guard: CheckAddress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := addrguard.New(nil)
+	first := tr.poolFor(DialPolicy{Guard: g})
+	if first != tr.base {
+		t.Error("the first key did not get the base pool")
+	}
+	if tr.poolFor(DialPolicy{Guard: addrguard.New(nil), Host: "other"}) != first {
+		t.Error("an equal key (another Guard with the same allowed set, another host) got another pool")
+	}
+	priv := tr.poolFor(DialPolicy{Guard: g, Opts: addrguard.Opts{AllowPrivate: true}})
+	if priv == first {
+		t.Error("allow_private shares the strict pool")
+	}
+	for i := range 2 * maxPools {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 16)
+		tr.poolFor(DialPolicy{Guard: g, Opts: addrguard.Opts{Rule: p}})
+		tr.poolFor(DialPolicy{Guard: g}) // keep the base pool recently used
+	}
+	tr.pools.mu.Lock()
+	n := len(tr.pools.m)
+	_, hasBase := tr.pools.m[keyOf(DialPolicy{Guard: g})]
+	tr.pools.mu.Unlock()
+	if n > maxPools || !hasBase {
+		t.Errorf("%d pools (base kept: %v), want at most %d with the base", n, hasBase, maxPools)
+	}
+}
+
+// BenchmarkPoolFor is what the address guard adds to a request on a
+// pooled connection: finding its pool.
+func BenchmarkPoolFor(b *testing.B) {
+	tr, err := NewTransport(Options{Guard: CheckAddress})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := DialPolicy{Host: "api.example.com", Guard: addrguard.New([]netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")})}
+	b.ReportAllocs()
+	for b.Loop() {
+		tr.poolFor(p)
+	}
+}

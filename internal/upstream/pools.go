@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/botbox/botbox/internal/addrguard"
 )
@@ -42,6 +43,8 @@ type pool struct {
 
 // pools holds a Transport's connection pools, one per poolKey.
 type pools struct {
+	// first is the key of base, set once by the first poolFor.
+	first atomic.Pointer[poolKey]
 	mu    sync.Mutex
 	clock uint64
 	m     map[poolKey]*pool
@@ -61,6 +64,10 @@ type pools struct {
 func (t *Transport) poolFor(p DialPolicy) *http.Transport {
 	k := keyOf(p)
 	ps := &t.pools
+	if f := ps.first.Load(); f != nil && *f == k {
+		// The common case, without the lock: base is never evicted.
+		return t.base
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ps.clock++
@@ -74,6 +81,9 @@ func (t *Transport) poolFor(p DialPolicy) *http.Transport {
 	tr := t.base
 	if len(ps.m) > 0 {
 		tr = t.base.Clone()
+	} else {
+		first := k // only this branch allocates
+		ps.first.Store(&first)
 	}
 	if len(ps.m) >= maxPools {
 		var oldest poolKey

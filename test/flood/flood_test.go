@@ -281,7 +281,7 @@ secrets_dir: %s
 upstream_ca_file: %s
 log_level: warn
 address_guard:
-  allowed_cidrs: ["127.0.0.0/8"]
+  allowed_cidrs: ["127.0.0.0/8", "::1"]
 egress_policy:
   default_action: deny
   rules:
