@@ -71,13 +71,14 @@ var allowedInternal = map[string][]string{
 	"telemetry":  {},
 	"buildinfo":  {},
 	"admin":      {},
-	"config":     {"echo", "hostport", "reqpath", "secretref"},
-	"secrets":    {"secretref", "volwatch"}, // secretref.Valid: the one secret_ref name rule
+	"addrguard":  {},
+	"config":     {"addrguard", "echo", "hostport", "reqpath", "secretref"}, // addrguard: the metadata-range warning
+	"secrets":    {"secretref", "volwatch"},                                 // secretref.Valid: the one secret_ref name rule
 	"volwatch":   {},
-	"generation": {"config", "policy", "rewrite"},
+	"generation": {"addrguard", "config", "policy", "rewrite"},
 	"policy":     {"config", "hostport", "reqpath"},
 	"rewrite":    {"config", "echo", "secrets"}, // secrets only for the Value type
-	"upstream":   {},
+	"upstream":   {"addrguard"},
 	"mitm":       {"echo", "hostport"},
 	"netfilter":  {},
 	"listener":   {"telemetry"},
