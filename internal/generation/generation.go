@@ -219,6 +219,18 @@ func (c *Current) Store(cfg *config.Config) (*Generation, error) {
 	return g, nil
 }
 
+// NameAddrOpts returns the address guard exceptions that apply to the
+// DNS answers for name: those of the allow rule naming it, whatever the
+// port (policy.RuleForName); none for a deny rule, no rule, or a rule of
+// another generation.
+func (g *Generation) NameAddrOpts(name string) addrguard.Opts {
+	r := g.Policy.RuleForName(name)
+	if r == nil || r.Action != config.ActionAllow || r.Index < 0 || r.Index >= len(g.addrOpts) {
+		return addrguard.Opts{}
+	}
+	return g.addrOpts[r.Index]
+}
+
 // ruleAddrOpts is the address guard exceptions of allow rule r (none for a
 // deny rule).
 func ruleAddrOpts(r config.Rule) addrguard.Opts {

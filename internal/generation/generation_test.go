@@ -287,6 +287,22 @@ func TestAddrOpts(t *testing.T) {
 			t.Errorf("AddrOpts(%s) = %+v, want %+v", tt.authority, got, tt.want)
 		}
 	}
+	for _, tt := range []struct {
+		name string
+		want addrguard.Opts
+	}{
+		{"svc.example", addrguard.Opts{AllowPrivate: true}}, // any port: the DNS guard's question
+		{"SVC.example.", addrguard.Opts{AllowPrivate: true}},
+		{"plain.example", addrguard.Opts{}},
+		{"10.1.2.3", addrguard.Opts{Rule: netip.MustParsePrefix("10.1.2.3/32")}},
+		{"10.9.1.1", addrguard.Opts{}}, // deny rule
+		{"other.example", addrguard.Opts{}},
+		{"bad..name", addrguard.Opts{}},
+	} {
+		if got := g.NameAddrOpts(tt.name); got != tt.want {
+			t.Errorf("NameAddrOpts(%s) = %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
 	if g.AddrGuardOff {
 		t.Error("AddrGuardOff in a config that did not disable the guard")
 	}
