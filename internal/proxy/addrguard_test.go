@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/upstream"
 )
@@ -86,6 +87,20 @@ func TestAddressGuardRefusesByDefault(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.assertGuardRefused(resp, string(b), "bare.example.test", "loopback")
+	})
+	t.Run("report mode", func(t *testing.T) {
+		// Report mode forwards what the policy denies, never past the
+		// address guard.
+		e := newEnv(t, guardOpts(envOpts{}))
+		cfg, err := config.Parse([]byte(fmt.Sprintf("secrets_dir: %s\negress_policy:\n  mode: report\n  rules: []\n", e.secretDir)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.handler.gen.Store(cfg); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := e.get("unlisted.example.test", "/", nil)
+		e.assertGuardRefused(resp, body, telemetry.HostReport, "loopback")
 	})
 	t.Run("metadata peer", func(t *testing.T) {
 		e := newEnv(t, guardOpts(envOpts{peer: netip.MustParseAddrPort("169.254.169.254:443")}))
