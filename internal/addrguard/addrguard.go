@@ -49,8 +49,13 @@
 // # Use
 //
 // A Guard is immutable and safe for concurrent use; Refused does not
-// allocate. The dial hook of package upstream asks it about every address
-// actually dialled; a DNS filter may ask it about every address record.
+// allocate for a plain address. The dial hook of package upstream
+// (upstream.CheckAddress) asks it about every address actually dialled,
+// with the request's exceptions. A DNS answer filter asks it about every
+// address record, with the guard of the policy generation in force
+// (generation.Generation.AddrGuard, unless AddrGuardOff) and the
+// exceptions of the rule naming the queried name
+// (generation.Generation.NameAddrOpts).
 //
 //	g := addrguard.New(cfg.AddressGuard.AllowedCIDRs)
 //	if reason, refused := g.Refused(addr, addrguard.Opts{AllowPrivate: rule.AllowPrivateAddresses}); refused {
