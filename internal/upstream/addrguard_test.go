@@ -232,6 +232,14 @@ func testPooledConnNotReused(t *testing.T, h2 bool) {
 			if n := conns.Load() - before; n != 1 {
 				t.Errorf("origin saw %d connections, want 1: the refused request reached it", n)
 			}
+			// A third key gets a cloned pool: a new connection, same
+			// protocol (do checks HTTP/2) and trust.
+			if err := do(DialPolicy{Guard: strict, Opts: addrguard.Opts{Rule: netip.MustParsePrefix("127.0.0.0/8")}}); err != nil {
+				t.Fatalf("request in a cloned pool: %v", err)
+			}
+			if n := conns.Load() - before; n != 2 {
+				t.Errorf("origin saw %d connections, want 2 (the cloned pool dials its own)", n)
+			}
 		})
 	}
 }

@@ -10,7 +10,10 @@
 // Upstream sockets are bounded per origin (Options.MaxConnsPerHost: dialling,
 // active and idle together; further requests wait) and idle ones across all
 // origins (Options.MaxIdleConns). TestMaxConnsPerHostBoundsSockets holds the
-// per-origin bound under a flood of concurrent requests.
+// per-origin bound under a flood of concurrent requests. The bounds hold
+// per connection pool: requests with different address guard exceptions
+// use different pools (see Dial guard), so an origin reached under k
+// distinct exceptions may hold k times the bound; in practice one or two.
 //
 // # Dial guard
 //
