@@ -37,6 +37,9 @@ func invariantCases() []invariantCase {
 		{"pod-isolation", "hostNetwork", "hostNetwork", func(t *testing.T, b *bundle) {
 			spec(b).HostNetwork = true
 		}},
+		{"pod-isolation", "hostPath volume", `volume "node" is a hostPath`, func(t *testing.T, b *bundle) {
+			spec(b).Volumes = append(spec(b).Volumes, corev1.Volume{Name: "node", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		}},
 		{"pod-isolation", "shared PID namespace", "shareProcessNamespace", func(t *testing.T, b *bundle) {
 			spec(b).ShareProcessNamespace = ptr(true)
 		}},
@@ -330,7 +333,7 @@ func TestInvariantsCatchViolations(t *testing.T) {
 }
 
 // TestRejectIsAKnownVariable: BOTBOX_REJECT=1 on iptables-init is a valid
-// manifest (netfilterEnv lists it), not an "unknown variable".
+// manifest (inject.NetfilterEnv lists it), not an "unknown variable".
 func TestRejectIsAKnownVariable(t *testing.T) {
 	t.Parallel()
 	b := loadBundle(t)

@@ -3,81 +3,72 @@ package deploy_test
 import (
 	"errors"
 	"fmt"
-	"path"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/inject"
 	"github.com/botbox/botbox/internal/netfilter"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
-// podView is the Deployment's Pod with the facts the invariants share.
+// podView is the Deployment's Pod with the facts the bundle-level
+// invariants share, and the results of the Pod-level ones (internal/inject).
 type podView struct {
 	b    *bundle
 	dep  *appsv1.Deployment // nil when there is no Deployment
 	spec *corev1.PodSpec    // never nil
 
-	// The containers by role; nil when absent.
-	caInit, iptablesInit, botbox *corev1.Container
-
-	// env is iptables-init's literal environment; netfilter is what
-	// `botbox netfilter install` makes of it (netfilterErr when it refuses).
-	env          map[string]string
+	botbox       *corev1.Container // the botbox init container; nil when absent
 	netfilter    netfilter.Settings
 	netfilterErr error
 
-	// cfg is BotBox's configuration from the ConfigMap; cfgErr says why not.
+	// cfg is BotBox's configuration from the ConfigMap; cfgErr says why
+	// not. layout is what the shared invariants need of it.
 	cfg    *config.Config
 	cfgErr error
+	layout *inject.Layout
+
+	// podErrs are inject.CheckPod's findings by invariant id.
+	podErrs map[string]error
 }
 
 func newPodView(b *bundle) *podView {
-	v := &podView{b: b, spec: &corev1.PodSpec{}, env: map[string]string{}}
+	v := &podView{b: b, spec: &corev1.PodSpec{}, podErrs: map[string]error{}}
 	if len(b.Deployments) > 0 {
 		v.dep = b.Deployments[0]
 		v.spec = &v.dep.Spec.Template.Spec
 	}
-	for _, c := range v.containers() {
+	env := map[string]string{}
+	for i := range v.spec.InitContainers {
+		c := &v.spec.InitContainers[i]
 		switch c.Name {
-		case nameCAInit:
-			v.caInit = c
-		case nameIPTablesInit:
-			v.iptablesInit = c
 		case nameBotBox:
 			v.botbox = c
-		}
-	}
-	if v.iptablesInit != nil {
-		for _, e := range v.iptablesInit.Env {
-			if e.ValueFrom == nil {
-				v.env[e.Name] = e.Value
+		case nameIPTablesInit:
+			for _, e := range c.Env {
+				if e.ValueFrom == nil {
+					env[e.Name] = e.Value
+				}
 			}
 		}
 	}
-	v.netfilter, _, v.netfilterErr = netfilter.ParseEnv(func(name string) string { return v.env[name] })
+	v.netfilter, _, v.netfilterErr = netfilter.ParseEnv(func(name string) string { return env[name] })
 	v.cfg, v.cfgErr = v.loadConfig()
+	if v.cfg != nil {
+		v.layout = &inject.Layout{
+			ListenPort: int(v.cfg.ListenPort), MetricsPort: int(v.cfg.MetricsPort),
+			Interception: v.cfg.Interception.Enabled, InterceptionPort: int(v.cfg.Interception.ListenPort),
+			CACertPath: v.cfg.Interception.CACertPath, CAKeyPath: v.cfg.Interception.CAKeyPath,
+			SecretsDir: v.cfg.SecretsDir, Shutdown: v.cfg.Timeouts.Shutdown,
+		}
+	}
+	for _, err := range inject.CheckPod(v.spec, v.layout, v.cfgErr, inject.Manifest) {
+		id, msg, _ := strings.Cut(err.Error(), ": ")
+		v.podErrs[id] = errors.Join(v.podErrs[id], errors.New(msg))
+	}
 	return v
-}
-
-// containers returns every init and regular container of the Pod.
-func (v *podView) containers() []*corev1.Container {
-	var cs []*corev1.Container
-	for i := range v.spec.InitContainers {
-		cs = append(cs, &v.spec.InitContainers[i])
-	}
-	for i := range v.spec.Containers {
-		cs = append(cs, &v.spec.Containers[i])
-	}
-	return cs
-}
-
-// isBotBoxRole reports whether c is one of the two containers that run
-// BotBox's own binary as the exempt UID.
-func isBotBoxRole(c *corev1.Container) bool {
-	return c.Name == nameBotBox || c.Name == nameCAInit
 }
 
 func (v *podView) volume(name string) *corev1.Volume {
@@ -87,83 +78,6 @@ func (v *podView) volume(name string) *corev1.Volume {
 		}
 	}
 	return nil
-}
-
-// mountsOf returns the containers that mount the volume, with the mount.
-func (v *podView) mountsOf(volume string) map[*corev1.Container]corev1.VolumeMount {
-	out := map[*corev1.Container]corev1.VolumeMount{}
-	for _, c := range v.containers() {
-		for _, m := range c.VolumeMounts {
-			if m.Name == volume {
-				out[c] = m
-			}
-		}
-	}
-	return out
-}
-
-// mountFor finds the mount of c that holds file p and p's path inside the
-// volume ("" when p is the mount point itself).
-func mountFor(c *corev1.Container, p string) (m corev1.VolumeMount, rel string, ok bool) {
-	p = path.Clean(p)
-	best := -1
-	for _, vm := range c.VolumeMounts {
-		mp := path.Clean(vm.MountPath)
-		var r string
-		switch {
-		case vm.SubPath != "":
-			if p != mp {
-				continue
-			}
-			r = vm.SubPath
-		case p == mp:
-			r = ""
-		case strings.HasPrefix(p, strings.TrimSuffix(mp, "/")+"/"):
-			r = strings.TrimPrefix(p, strings.TrimSuffix(mp, "/")+"/")
-		default:
-			continue
-		}
-		if len(mp) > best {
-			best, m, rel, ok = len(mp), vm, r, true
-		}
-	}
-	return m, rel, ok
-}
-
-// inContainerPath is where file rel of volume appears inside c ("" if not).
-func inContainerPath(c *corev1.Container, volume, rel string) string {
-	for _, m := range c.VolumeMounts {
-		if m.Name != volume {
-			continue
-		}
-		switch {
-		case m.SubPath == rel:
-			return m.MountPath
-		case m.SubPath == "":
-			return path.Join(m.MountPath, rel)
-		case strings.HasPrefix(rel, m.SubPath+"/"):
-			return path.Join(m.MountPath, strings.TrimPrefix(rel, m.SubPath+"/"))
-		}
-	}
-	return ""
-}
-
-// flagValue returns the value of --name (or -name, --name=v) in args.
-func flagValue(args []string, names ...string) (string, bool) {
-	for i, a := range args {
-		for _, n := range names {
-			switch {
-			case a == "--"+n || a == "-"+n:
-				if i+1 < len(args) {
-					return args[i+1], true
-				}
-				return "", true
-			case strings.HasPrefix(a, "--"+n+"="), strings.HasPrefix(a, "-"+n+"="):
-				return a[strings.Index(a, "=")+1:], true
-			}
-		}
-	}
-	return "", false
 }
 
 // loadConfig follows botbox's --config argument through its mounts to the
@@ -176,11 +90,11 @@ func (v *podView) loadConfig() (*config.Config, error) {
 	if len(argv) == 0 {
 		argv = []string{"--config", imageConfigPath} // the image's CMD
 	}
-	p, ok := flagValue(argv, "config", "c")
+	p, ok := inject.FlagValue(argv, "config", "c")
 	if !ok || p == "" {
 		return nil, fmt.Errorf("botbox command %q: no --config PATH (BotBox would read config.yaml in its working directory)", argv)
 	}
-	m, rel, ok := mountFor(v.botbox, p)
+	m, rel, ok := inject.MountFor(v.botbox, p)
 	if !ok {
 		return nil, fmt.Errorf("--config %s is on no volume mounted into botbox", p)
 	}
@@ -210,37 +124,3 @@ func (v *podView) loadConfig() (*config.Config, error) {
 	}
 	return nil, fmt.Errorf("--config %s: no ConfigMap %q in the manifests", p, vol.ConfigMap.Name)
 }
-
-// exemptUID is the UID the init step exempts from redirection and
-// filtering (BOTBOX_UID, default 1337 even when the environment is invalid).
-func (v *podView) exemptUID() int64 {
-	if v.netfilterErr != nil {
-		if n, err := strconv.ParseUint(v.env[netfilter.EnvUID], 10, 32); err == nil {
-			return int64(n)
-		}
-		return int64(netfilter.DefaultSettings().UID)
-	}
-	return int64(v.netfilter.UID)
-}
-
-// effectiveUID is c's runAsUser, else the Pod's; nil when neither sets it
-// (the image's USER then decides, which no manifest review can see).
-func (v *podView) effectiveUID(c *corev1.Container) *int64 {
-	if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
-		return c.SecurityContext.RunAsUser
-	}
-	if v.spec.SecurityContext != nil {
-		return v.spec.SecurityContext.RunAsUser
-	}
-	return nil
-}
-
-func (v *podView) effectiveNonRoot(c *corev1.Container) bool {
-	if c.SecurityContext != nil && c.SecurityContext.RunAsNonRoot != nil {
-		return *c.SecurityContext.RunAsNonRoot
-	}
-	return v.spec.SecurityContext != nil && v.spec.SecurityContext.RunAsNonRoot != nil && *v.spec.SecurityContext.RunAsNonRoot
-}
-
-func isTrue(p *bool) bool  { return p != nil && *p }
-func isFalse(p *bool) bool { return p != nil && !*p }

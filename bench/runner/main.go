@@ -315,6 +315,13 @@ egress_policy:
 			cfg += "https_interception:" + rest
 		}
 	}
+	if i := slices.Index(envs, placeholdersEnv); i >= 0 {
+		// Not an environment variable: this variant turns placeholders and
+		// the tripwire on (issue 13's cost cell); the requests carry no
+		// placeholder, so every request pays the full scan.
+		envs = slices.Delete(envs, i, i+1)
+		cfg += fmt.Sprintf("placeholders:\n  enabled: true\n  dir: %s\n", r.path(name+"-placeholders"))
+	}
 	file := r.path(name + ".yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return err
@@ -360,6 +367,10 @@ func applyGuardEnv(cfg string, envs []string) (string, []string) {
 	}
 	return strings.Replace(cfg, guardOn, "address_guard:\n  enabled: false\n", 1), slices.Delete(envs, i, i+1)
 }
+
+// placeholdersEnv, as an element of a BOTBOX_VARIANTS environment list
+// ("ph=placeholders=on"), runs that variant with placeholders enabled.
+const placeholdersEnv = "placeholders=on"
 
 // policyV2Env, as an element of a BOTBOX_VARIANTS environment list
 // ("policyv2=policy=v2"), runs that variant under addPolicyV2's policy.

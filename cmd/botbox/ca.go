@@ -10,7 +10,7 @@ import (
 	"github.com/botbox/botbox/internal/mitm"
 )
 
-const caUsage = "botbox ca new --out DIR [--days N] [--cn NAME] [--if-missing] | --cert-out PATH --key-out PATH"
+const caUsage = "botbox ca new --out DIR [--days N] [--cn NAME] [--if-missing] [--bundle-out PATH] | --cert-out PATH --key-out PATH"
 
 // runCA implements `botbox ca new`: a development/ephemeral interception CA,
 // made with the BotBox image itself so a Pod needs no openssl image. The
@@ -28,6 +28,7 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 	days := fs.Int("days", 365, "validity in days, `N` from 1 to 3650")
 	cn := fs.String("cn", mitm.DefaultCACommonName, "subject common `NAME`")
 	ifMissing := fs.Bool("if-missing", false, "exit 0 without writing when both files already exist (init containers re-run when a Pod sandbox is rebuilt)")
+	bundleOut := fs.String("bundle-out", "", "also write `PATH` (0444, replaced): the embedded system roots and the CA certificate, for app containers to trust")
 	setUsage(fs, caUsage)
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
@@ -58,10 +59,10 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 		fmt.Fprintf(stdout, "wrote %s (certificate, 0444) and %s (private key, 0400), valid %d days\n", *certOut, *keyOut, *days)
-		return exitOK
+		return writeBundle(*bundleOut, *certOut, stdout, stderr)
 	case errors.As(err, &exists) && len(exists.Existing) == 2 && *ifMissing:
 		fmt.Fprintf(stdout, "%s and %s already exist; nothing to do\n", *certOut, *keyOut)
-		return exitOK
+		return writeBundle(*bundleOut, *certOut, stdout, stderr)
 	case errors.As(err, &exists) && len(exists.Existing) == 2:
 		fmt.Fprintf(stderr, "Error: %v\n(keep them with --if-missing, or delete both files to make a new CA; clients trusting the old CA must then trust the new one)\n", err)
 	case errors.As(err, &exists):
@@ -71,4 +72,19 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 	}
 	return exitError
+}
+
+// writeBundle writes the trust bundle of --bundle-out (nothing when empty)
+// from the CA certificate at certPath, also when the CA already existed, so
+// the bundle follows the CA and the image's roots.
+func writeBundle(path, certPath string, stdout, stderr io.Writer) int {
+	if path == "" {
+		return exitOK
+	}
+	if err := mitm.WriteTrustBundle(path, certPath); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "wrote %s (system roots and the CA certificate, 0444)\n", path)
+	return exitOK
 }

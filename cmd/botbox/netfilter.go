@@ -12,15 +12,21 @@ import (
 
 const netfilterUsage = `Usage: botbox netfilter install|print|remove
 
-  install   apply BotBox's iptables rules (and ip6tables rules with
-            BOTBOX_ENABLE_IPV6=1), idempotently, then list the chains
-  print     print the iptables-restore --noflush payloads without touching
-            the kernel; -family ipv4|ipv6 prints one payload only
-  remove    delete BotBox's chains and OUTPUT jumps (IPv4, and IPv6 wherever
-            ip6tables is available; BOTBOX_ENABLE_IPV6 is not required)
+  install   apply BotBox's rules for IPv4 (and IPv6 with BOTBOX_ENABLE_IPV6=1),
+            idempotently, then list them
+  print     print the rules without applying them: nft syntax with the
+            nftables backend, iptables-restore --noflush payloads with
+            iptables; -family ipv4|ipv6 prints one family only
+  remove    delete BotBox's rules of the backend (nftables: the tables
+            ip botbox and ip6 botbox; iptables: the chains and OUTPUT jumps,
+            IPv6 wherever ip6tables is available); BOTBOX_ENABLE_IPV6 is
+            not required
 
 Environment (empty means the default):
   BOTBOX_ENABLE_IPV6               required for install and print: 1 or 0
+  BOTBOX_NETFILTER_BACKEND         auto   nftables (netlink, no program needed),
+                                          iptables (iptables-restore), or auto:
+                                          nftables when the kernel answers
   BOTBOX_UID                       1337   exempt UID (BotBox's)
   BOTBOX_PROXY_PORT                8080   redirect target of BOTBOX_REDIRECT_FROM_PORT
   BOTBOX_REDIRECT_FROM_PORT        80
@@ -47,11 +53,11 @@ ports; everything else the app sends that the rules do not allow is dropped
 // in the reference script's words. It returns exitOK, exitError when a check
 // or an iptables call fails, exitUsage on a usage error.
 func runNetfilter(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
-	return netfilterCommand(ctx, args, lookupEnv, netfilter.ExecRunner{}, stdout, stderr)
+	return netfilterCommand(ctx, args, lookupEnv, netfilter.System{Runner: netfilter.ExecRunner{}, NFT: netfilter.NetlinkDialer{}}, stdout, stderr)
 }
 
-// netfilterCommand is runNetfilter with the Runner as a parameter, for tests.
-func netfilterCommand(ctx context.Context, args []string, lookupEnv func(string) (string, bool), r netfilter.Runner, stdout, stderr io.Writer) int {
+// netfilterCommand is runNetfilter with the system as a parameter, for tests.
+func netfilterCommand(ctx context.Context, args []string, lookupEnv func(string) (string, bool), sys netfilter.System, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, netfilterUsage)
 		return exitUsage
@@ -89,7 +95,7 @@ func netfilterCommand(ctx context.Context, args []string, lookupEnv func(string)
 		if err != nil {
 			return netfilterFail(stderr, err)
 		}
-		if err := netfilter.Remove(ctx, s, r, stdout, stderr); err != nil {
+		if err := netfilter.RemoveWith(ctx, s, sys, stdout, stderr); err != nil {
 			return netfilterFail(stderr, err)
 		}
 		return exitOK
@@ -103,7 +109,7 @@ func netfilterCommand(ctx context.Context, args []string, lookupEnv func(string)
 		return netfilterFail(stderr, err)
 	}
 	if sub == "install" {
-		if err := netfilter.Install(ctx, s, r, stdout, stderr); err != nil {
+		if err := netfilter.InstallWith(ctx, s, sys, stdout, stderr); err != nil {
 			return netfilterFail(stderr, err)
 		}
 		return exitOK
@@ -124,7 +130,17 @@ func netfilterCommand(ctx context.Context, args []string, lookupEnv func(string)
 		fmt.Fprintf(stderr, "botbox netfilter print: -family must be ipv4 or ipv6 (got %q)\n", family)
 		return exitUsage
 	}
-	if err := netfilter.PrintFamilies(s, families, stdout); err != nil {
+	backend := s.Backend
+	if backend == netfilter.BackendAuto {
+		// print needs no privilege: whatever keeps the probe from
+		// succeeding (no nf_tables, not root) prints iptables.
+		backend = netfilter.BackendNFTables
+		if err := netfilter.ProbeNFTables(sys.NFT); err != nil {
+			backend = netfilter.BackendIPTables
+			fmt.Fprintf(stderr, "[NOTE] %s=auto: nftables is not available (%v); printing the iptables rules.\n", netfilter.EnvBackend, err)
+		}
+	}
+	if err := netfilter.PrintWith(s, backend, families, stdout); err != nil {
 		return netfilterFail(stderr, err)
 	}
 	return exitOK

@@ -148,6 +148,50 @@ func TestNetfilterCommand(t *testing.T) {
 			wantStdout: "Removing BotBox iptables rules...\n  iptables: nothing to remove\n  ip6tables: nothing to remove\nBotBox iptables rules removed.\n",
 		},
 		{
+			name: "remove auto without nf_tables removes the iptables rules", args: []string{"remove"},
+			env:      map[string]string{netfilter.EnvBackend: "auto"},
+			wantCode: 0, wantOutHas: "BotBox iptables rules removed.\n",
+			wantStderr: "[NOTE] BOTBOX_NETFILTER_BACKEND=auto: nftables is not available (nf_tables is not modelled by netfiltertest); nftables rules skipped.\n",
+		},
+		{
+			name: "install auto without nf_tables falls back to iptables", args: []string{"install"},
+			env:      map[string]string{envIPv6: "1", netfilter.EnvBackend: "auto"},
+			wantCode: 1, wantOutHas: "Installing BotBox iptables rules...\n",
+			wantErrHas: "[NOTE] BOTBOX_NETFILTER_BACKEND=auto: nftables is not available (nf_tables is not modelled by netfiltertest); using iptables.\n",
+		},
+		{
+			name: "remove auto with neither backend", args: []string{"remove"},
+			env:      map[string]string{netfilter.EnvBackend: "auto"},
+			setup:    func(k *netfiltertest.Runner) { k.Missing = map[string]bool{"iptables": true} },
+			wantCode: 1,
+			wantStderr: "[NOTE] BOTBOX_NETFILTER_BACKEND=auto: nftables is not available (nf_tables is not modelled by netfiltertest); nftables rules skipped.\n" +
+				"ERROR: neither nftables nor iptables is available (looking up iptables: executable file not found in $PATH).\n" +
+				"  Run `botbox netfilter remove` where the rules were installed, as root with CAP_NET_ADMIN.\n",
+		},
+		{
+			name: "print auto without nf_tables prints iptables", args: []string{"print"},
+			env:      map[string]string{envIPv6: "1", netfilter.EnvBackend: "auto"},
+			wantCode: 0, wantStdout: printed(map[string]string{envIPv6: "1"}),
+			wantStderr: "[NOTE] BOTBOX_NETFILTER_BACKEND=auto: nftables is not available (nf_tables is not modelled by netfiltertest); printing the iptables rules.\n",
+		},
+		{
+			name: "print nftables", args: []string{"print"},
+			env:      map[string]string{envIPv6: "1", netfilter.EnvBackend: "nftables"},
+			wantCode: 0, wantOutHas: "table ip6 botbox {\n",
+		},
+		{
+			name: "install nftables without nf_tables", args: []string{"install"},
+			env:      map[string]string{envIPv6: "1", netfilter.EnvBackend: "nftables"},
+			wantCode: 1,
+			wantStderr: "ERROR: nftables is not available (nf_tables is not modelled by netfiltertest).\n" +
+				"  Use a kernel with nf_tables (and nft_chain_nat), or set BOTBOX_NETFILTER_BACKEND=iptables.\n",
+		},
+		{
+			name: "install bad backend", args: []string{"install"},
+			env:      map[string]string{envIPv6: "1", netfilter.EnvBackend: "nft"},
+			wantCode: 1, wantStderr: "ERROR: BOTBOX_NETFILTER_BACKEND must be nftables, iptables or auto (got 'nft').\n",
+		},
+		{
 			name: "remove bad reject", args: []string{"remove"}, env: map[string]string{netfilter.EnvReject: "2"},
 			wantCode:   1,
 			wantStderr: "ERROR: BOTBOX_REJECT must be 0 or 1 (got '2').\n",
@@ -165,8 +209,15 @@ func TestNetfilterCommand(t *testing.T) {
 				tt.setup(k)
 			}
 			var stdout, stderr strings.Builder
-			lookup := func(key string) (string, bool) { v, ok := tt.env[key]; return v, ok && v != "" }
-			code := netfilterCommand(context.Background(), tt.args, lookup, k, &stdout, &stderr)
+			lookup := func(key string) (string, bool) {
+				v, ok := tt.env[key]
+				if !ok && key == netfilter.EnvBackend {
+					// The fake models iptables; the backend cases set it.
+					return "iptables", true
+				}
+				return v, ok && v != ""
+			}
+			code := netfilterCommand(context.Background(), tt.args, lookup, netfilter.System{Runner: k, NFT: netfiltertest.NoNFTables{}}, &stdout, &stderr)
 			if code != tt.wantCode {
 				t.Errorf("exit code = %d, want %d (stderr %q)", code, tt.wantCode, stderr.String())
 			}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/botbox/botbox/internal/config"
@@ -28,7 +29,10 @@ Usage:
   botbox suggest --log FILE [--min-count N] propose an egress_policy from decision log lines
   botbox netfilter install|print|remove    the init step: iptables/ip6tables rules from BOTBOX_* env
   botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 365 days)
+  botbox placeholders print [-c PATH]      list the placeholder credentials and the hosts each may go to
   botbox probe [--key-file F] URL          exit 0 when BotBox itself answers 200 at URL (exec probes)
+  botbox inject -f FILE [options]          write Kubernetes workloads with BotBox injected (docs/deploy.md)
+  botbox webhook --tls-cert F --tls-key F  the mutating and validating admission webhook for Pods
   botbox version                           print version information
 
 Flags may come before or after the arguments. Exit codes: 0 ok, 1 error, 2 usage.
@@ -64,8 +68,14 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return runNetfilter(ctx, rest, lookupEnv, stdout, stderr)
 	case "ca":
 		return runCA(rest, stdout, stderr)
+	case "placeholders":
+		return runPlaceholders(rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, getenv, stdout, stderr)
+	case "inject":
+		return runInject(rest, os.Stdin, stdout, stderr)
+	case "webhook":
+		return runWebhook(ctx, rest, getenv, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help":

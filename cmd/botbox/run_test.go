@@ -234,13 +234,20 @@ func TestProbe(t *testing.T) {
 }
 
 func TestNetfilterPrintDefaults(t *testing.T) {
-	code, out, errOut := runArgs(t, map[string]string{"BOTBOX_ENABLE_IPV6": "0"}, "netfilter", "print")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	for _, want := range []string{"EGRESS_REDIRECT", "EGRESS_FILTER", "--to-ports 8080", "--uid-owner 1337"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("print lacks %q:\n%s", want, out)
+	// The backend is explicit: with auto, what print shows depends on the
+	// machine (nftables when root on an nf_tables kernel).
+	for backend, wants := range map[string][]string{
+		"iptables": {"EGRESS_REDIRECT", "EGRESS_FILTER", "--to-ports 8080", "--uid-owner 1337"},
+		"nftables": {"table ip botbox {", "EGRESS_REDIRECT", "EGRESS_FILTER", "redirect to :8080", "meta skuid 1337"},
+	} {
+		code, out, errOut := runArgs(t, map[string]string{"BOTBOX_ENABLE_IPV6": "0", "BOTBOX_NETFILTER_BACKEND": backend}, "netfilter", "print")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", backend, code, errOut)
+		}
+		for _, want := range wants {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s: print lacks %q:\n%s", backend, want, out)
+			}
 		}
 	}
 	if code, _, errOut := runArgs(t, nil, "netfilter", "print"); code != 1 || !strings.Contains(errOut, "BOTBOX_ENABLE_IPV6 is not set") {

@@ -5,10 +5,10 @@
 // It needs no -ldflags: `go build` in a git checkout records vcs.revision
 // and vcs.modified. A build without VCS stamping (-buildvcs=false, a source
 // tree without .git, or `go test`) reports version "devel" and an empty
-// commit, unless the build stamps them at link time: the container build
-// (deploy/Dockerfile, which has no .git) passes
+// commit, unless the build stamps them at link time: deploy/image.sh (whose
+// build context has no .git) passes
 // -X github.com/botbox/botbox/internal/buildinfo.version=... and
-// ...buildinfo.commit=... from its VERSION and COMMIT build arguments
+// ...buildinfo.commit=... from `git describe` and `git rev-parse HEAD`
 // (docs/deploy.md). The package imports nothing internal; its only state
 // is those two link-time strings, never written at run time.
 //
@@ -55,7 +55,7 @@ func Read() Info {
 // stamped returns info with the link-time version and commit, where given,
 // taking precedence over what the toolchain recorded. A stamped commit with
 // no VCS information carries no "modified" flag.
-// TestStamped and deploy's TestDockerfileVersionStamp hold this.
+// TestStamped and deploy's TestImageVersion hold this.
 func stamped(info Info, version, commit string) Info {
 	if version != "" {
 		info.Version = version

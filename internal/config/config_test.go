@@ -154,13 +154,14 @@ func TestDefaults(t *testing.T) {
 	t.Parallel()
 	c := mustParse(t, minimal)
 	want := &Config{
-		ListenAddr:       netip.MustParseAddr("127.0.0.1"),
-		ListenPort:       8080,
-		MetricsPort:      9090,
-		SecretsDir:       "/var/run/secrets/botbox",
-		MaxConnections:   1024,
-		AllowNonLoopback: false,
-		Policy:           Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{}},
+		ListenAddr:        netip.MustParseAddr("127.0.0.1"),
+		ListenPort:        8080,
+		MetricsPort:       9090,
+		MetricsListenAddr: netip.MustParseAddr("127.0.0.1"),
+		SecretsDir:        "/var/run/secrets/botbox",
+		MaxConnections:    1024,
+		AllowNonLoopback:  false,
+		Policy:            Policy{DefaultAction: ActionDeny, Mode: ModeEnforce, Rules: []Rule{}},
 
 		MaxConcurrentRequests:     1024,
 		HTTP2MaxConcurrentStreams: 100,
@@ -173,7 +174,8 @@ func TestDefaults(t *testing.T) {
 			CertCacheTTL:        3600 * time.Second,
 			HandshakeTimeout:    5 * time.Second,
 		},
-		LogLevel: slog.LevelInfo,
+		Placeholders: Placeholders{Dir: "/var/run/botbox/placeholders"},
+		LogLevel:     slog.LevelInfo,
 		Timeouts: Timeouts{
 			UpstreamConnect:        10 * time.Second,
 			UpstreamResponseHeader: 10 * time.Minute,
@@ -194,6 +196,33 @@ func TestDefaults(t *testing.T) {
 	}
 	if d := cmp.Diff(want, c, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)
+	}
+}
+
+// TestMetricsListenAddr: metrics_listen_addr takes any IP literal
+// (loopback, unspecified, a Pod address, IPv6) without allow_non_loopback
+// and without a warning, since the admin port serves no proxy; anything
+// else is an error naming the key.
+func TestMetricsListenAddr(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{"127.0.0.1", "127.0.0.1"},
+		{"0.0.0.0", "0.0.0.0"},
+		{`"::"`, "::"},
+		{"10.1.2.3", "10.1.2.3"},
+		{`"fd00::7"`, "fd00::7"},
+	} {
+		c := mustParse(t, "metrics_listen_addr: "+tc.in+"\n"+minimal)
+		if got := c.MetricsListenAddr.String(); got != tc.want {
+			t.Errorf("metrics_listen_addr %s: got %s, want %s", tc.in, got, tc.want)
+		}
+		if len(c.Warnings) != 0 {
+			t.Errorf("metrics_listen_addr %s: unexpected warnings %v", tc.in, c.Warnings)
+		}
+	}
+	for _, in := range []string{"localhost", `"fe80::1%eth0"`, `""`, "10.1.2.3:9090"} {
+		got := parseErr(t, "metrics_listen_addr: "+in+"\n"+minimal)
+		wantContains(t, got, "line 1: metrics_listen_addr: must be an IP literal")
 	}
 }
 
@@ -804,6 +833,41 @@ func TestFieldErrorFormat(t *testing.T) {
 	}
 }
 
+func TestApplyEnvMetricsListenAddr(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env, want, wantErr string
+	}{
+		{env: "", want: "127.0.0.1"},
+		{env: "10.1.2.3", want: "10.1.2.3"},
+		{env: "fd00::7", want: "fd00::7"},
+		{env: "::ffff:10.1.2.3", want: "10.1.2.3"},
+		{env: "pod-ip", wantErr: `BOTBOX_METRICS_LISTEN_ADDR: "pod-ip" is not an IP address`},
+		{env: "fe80::1%eth0", wantErr: "is not an IP address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			t.Parallel()
+			c := mustParse(t, minimal)
+			err := ApplyEnv(c, func(k string) string {
+				if k == "BOTBOX_METRICS_LISTEN_ADDR" {
+					return tt.env
+				}
+				return ""
+			})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("ApplyEnv(%q) = %v, want error containing %q", tt.env, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || c.MetricsListenAddr.String() != tt.want {
+				t.Errorf("ApplyEnv(%q) = %v, MetricsListenAddr %v, want %v", tt.env, err, c.MetricsListenAddr, tt.want)
+			}
+		})
+	}
+}
+
 func TestApplyEnv(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -974,5 +1038,16 @@ func TestRuleRemoveHeadersAndResponseHeaderTimeout(t *testing.T) {
 	}
 	if c.Timeouts.UpstreamResponseHeader != 10*time.Minute {
 		t.Errorf("UpstreamResponseHeader = %v, want the 10 min default", c.Timeouts.UpstreamResponseHeader)
+	}
+}
+
+// TestPlaceholdersDirAgainstRelativeSecretsDir: a relative secrets_dir is
+// resolved against the working directory before the overlap check.
+func TestPlaceholdersDirAgainstRelativeSecretsDir(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	_, err := Parse([]byte("secrets_dir: secrets\nplaceholders:\n  enabled: true\n  dir: " + dir + "\negress_policy:\n  rules:\n    - host: a.example\n      action: allow\n"))
+	if err == nil || !strings.Contains(err.Error(), "overlaps secrets_dir") {
+		t.Fatalf("err = %v, want the overlap refused", err)
 	}
 }

@@ -11,12 +11,13 @@ import (
 // The eff* structs give the rendering order of Effective: the reference's
 // keys first, then the additions, then the two blocks.
 type effConfig struct {
-	ListenAddr       string `yaml:"listen_addr,omitempty"`
-	ListenPort       uint16 `yaml:"listen_port"`
-	MetricsPort      uint16 `yaml:"metrics_port"`
-	SecretsDir       string `yaml:"secrets_dir"`
-	MaxConnections   int    `yaml:"max_connections"`
-	AllowNonLoopback bool   `yaml:"allow_non_loopback"`
+	ListenAddr        string `yaml:"listen_addr,omitempty"`
+	ListenPort        uint16 `yaml:"listen_port"`
+	MetricsPort       uint16 `yaml:"metrics_port"`
+	MetricsListenAddr string `yaml:"metrics_listen_addr"`
+	SecretsDir        string `yaml:"secrets_dir"`
+	MaxConnections    int    `yaml:"max_connections"`
+	AllowNonLoopback  bool   `yaml:"allow_non_loopback"`
 
 	LogLevel       string `yaml:"log_level"`
 	UpstreamCAFile string `yaml:"upstream_ca_file"`
@@ -41,11 +42,17 @@ type effConfig struct {
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
 	AddressGuard      effAddressGuard `yaml:"address_guard"`
+	Placeholders      effPlaceholders `yaml:"placeholders"`
 }
 
 type effAddressGuard struct {
 	Enabled      bool     `yaml:"enabled"`
 	AllowedCIDRs []string `yaml:"allowed_cidrs,flow"`
+}
+
+type effPlaceholders struct {
+	Enabled bool   `yaml:"enabled"`
+	Dir     string `yaml:"dir"`
 }
 
 type effPolicy struct {
@@ -109,17 +116,18 @@ const listenAddrComment = "listen_addr not set: 127.0.0.1, and also ::1 when the
 // and hosts in canonical form, for `botbox check`. Parsing the output gives
 // back an equivalent Config. An omitted listen_addr stays omitted (with a
 // comment), because an explicit one changes the IPv6 behaviour; an omitted
-// allowed_ports is shown as [443]; the https_interception block is always
-// shown, and so is the address_guard block.
+// allowed_ports is shown as [443]; the https_interception, address_guard
+// and placeholders blocks are always shown.
 func (c *Config) Effective() ([]byte, error) {
 	e := effConfig{
-		ListenPort:       c.ListenPort,
-		MetricsPort:      c.MetricsPort,
-		SecretsDir:       c.SecretsDir,
-		MaxConnections:   c.MaxConnections,
-		AllowNonLoopback: c.AllowNonLoopback,
-		LogLevel:         levelName(c.LogLevel),
-		UpstreamCAFile:   c.UpstreamCAFile,
+		ListenPort:        c.ListenPort,
+		MetricsPort:       c.MetricsPort,
+		MetricsListenAddr: c.MetricsListenAddr.String(),
+		SecretsDir:        c.SecretsDir,
+		MaxConnections:    c.MaxConnections,
+		AllowNonLoopback:  c.AllowNonLoopback,
+		LogLevel:          levelName(c.LogLevel),
+		UpstreamCAFile:    c.UpstreamCAFile,
 
 		UpstreamConnectTimeoutMS:        c.Timeouts.UpstreamConnect.Milliseconds(),
 		UpstreamResponseHeaderTimeoutMS: c.Timeouts.UpstreamResponseHeader.Milliseconds(),
@@ -182,6 +190,7 @@ func (c *Config) Effective() ([]byte, error) {
 	for _, p := range c.AddressGuard.AllowedCIDRs {
 		e.AddressGuard.AllowedCIDRs = append(e.AddressGuard.AllowedCIDRs, p.String())
 	}
+	e.Placeholders = effPlaceholders(c.Placeholders)
 
 	var root yaml.Node
 	if err := root.Encode(&e); err != nil {

@@ -19,8 +19,15 @@ type Config struct {
 	ListenAddrExplicit bool
 	// ListenPort is the plain HTTP proxy port (default 8080).
 	ListenPort uint16
-	// MetricsPort is the loopback-only metrics/health port (default 9090).
+	// MetricsPort is the metrics/health port (default 9090).
 	MetricsPort uint16
+	// MetricsListenAddr is the address the metrics/health listener binds
+	// (default 127.0.0.1, the reference's). When it is neither loopback nor
+	// unspecified (0.0.0.0, ::), BotBox also listens on 127.0.0.1 at
+	// MetricsPort, so exec probes on loopback keep working. The admin port
+	// serves only /metrics, /healthz and /readyz (package admin), so a
+	// non-loopback address needs no allow_non_loopback.
+	MetricsListenAddr netip.Addr
 	// SecretsDir is the watched secret directory (default /var/run/secrets/botbox).
 	SecretsDir string
 	// MaxConnections bounds concurrent downstream connections across every
@@ -39,6 +46,8 @@ type Config struct {
 	Policy Policy
 	// Interception is the HTTPS interception block; Enabled is false when absent.
 	Interception Interception
+	// Placeholders is the placeholders block; Enabled is false when absent.
+	Placeholders Placeholders
 	// UpstreamCAFile is an optional PEM bundle of extra roots trusted for
 	// upstream TLS, added to the system roots ("" = none).
 	UpstreamCAFile string
@@ -200,6 +209,18 @@ type Interception struct {
 	CertCacheSize                int
 	CertCacheTTL                 time.Duration
 	HandshakeTimeout             time.Duration
+}
+
+// Placeholders is the placeholders section: stand-in credentials with the
+// shape of each referenced secret, written for the app to use, swapped for
+// the real value towards the secret's own hosts and refused (the tripwire)
+// towards any other.
+type Placeholders struct {
+	// Enabled turns placeholders and the tripwire on (default false).
+	Enabled bool
+	// Dir is where BotBox writes one file per secret_ref, the env file and
+	// its per-Pod key (default /var/run/botbox/placeholders).
+	Dir string
 }
 
 // Timeouts are the proxy's timeouts. Zero never means "none" after Parse.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -20,12 +21,15 @@ import (
 // Defaults. The reference's values where it has the key or hard-codes the
 // behaviour; docs/config.md lists them.
 const (
-	defaultListenAddr     = "127.0.0.1"
-	defaultListenPort     = 8080
-	defaultMetricsPort    = 9090
-	defaultSecretsDir     = "/var/run/secrets/botbox"
-	defaultMaxConnections = 1024
-	defaultLogLevel       = "info"
+	defaultListenAddr  = "127.0.0.1"
+	defaultListenPort  = 8080
+	defaultMetricsPort = 9090
+	// defaultMetricsListenAddr is the reference's fixed metrics address.
+	defaultMetricsListenAddr = "127.0.0.1"
+	defaultSecretsDir        = "/var/run/secrets/botbox"
+	defaultMaxConnections    = 1024
+	defaultLogLevel          = "info"
+	defaultPlaceholderDir    = "/var/run/botbox/placeholders"
 
 	defaultUpstreamConnectTimeoutMS        = 10000
 	defaultUpstreamResponseHeaderTimeoutMS = 600_000 // 10 min, the LLM SDKs' own request timeout (the reference: 30 s)
@@ -158,6 +162,9 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 	}
 	cfg.ListenPort = c.port("listen_port", w.ListenPort, defaultListenPort)
 	cfg.MetricsPort = c.port("metrics_port", w.MetricsPort, defaultMetricsPort)
+	if a, ok := c.ipLiteral("metrics_listen_addr", str(w.MetricsListenAddr, defaultMetricsListenAddr)); ok {
+		cfg.MetricsListenAddr = a
+	}
 	if cfg.ListenPort == cfg.MetricsPort && portOK(w.ListenPort) && portOK(w.MetricsPort) {
 		if w.MetricsPort != nil {
 			c.errorf("metrics_port", "metrics_port %d collides with listen_port %d", cfg.MetricsPort, cfg.ListenPort)
@@ -204,6 +211,7 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 	cfg.Policy = c.policy(w.EgressPolicy)
 	cfg.Interception = c.interception(w.HTTPSInterception, cfg)
 	cfg.AddressGuard = c.addressGuard(w.AddressGuard)
+	cfg.Placeholders = c.placeholders(w.Placeholders, cfg)
 	cfg.Warnings = c.warnings
 
 	if len(c.problems) > 0 {
@@ -676,6 +684,65 @@ func (c *checker) interception(w *wireInterception, cfg *Config) Interception {
 	return in
 }
 
+// placeholderEnvFile is the name of the env file in placeholders.dir
+// (package placeholder writes it); a secret_ref of that name would collide.
+const placeholderEnvFile = "env"
+
+// placeholders validates the placeholders block. Like https_interception, a
+// disabled block keeps its values unchecked. When enabled, dir must not be
+// secrets_dir, inside it or above it (the app mounts dir: it must never see
+// a real secret, and BotBox must never write into the secret volume), no
+// secret_ref may be named like the env file, and no two secret_refs may
+// give the same environment variable name.
+func (c *checker) placeholders(w *wirePlaceholders, cfg *Config) Placeholders {
+	const base = "placeholders"
+	p := Placeholders{Dir: defaultPlaceholderDir}
+	if w == nil {
+		return p
+	}
+	if w.Enabled == nil {
+		c.errorf(base+".enabled", "required key is missing when the placeholders block is present (true or false)")
+	}
+	p.Enabled = boolean(w.Enabled, false)
+	p.Dir = str(w.Dir, defaultPlaceholderDir)
+	if !p.Enabled {
+		return p
+	}
+	if strings.TrimSpace(p.Dir) == "" || !filepath.IsAbs(p.Dir) {
+		c.errorf(base+".dir", "must be an absolute path, got %q", clip(p.Dir))
+		return p
+	}
+	// A relative secrets_dir is relative to the working directory, as the
+	// secret store resolves it.
+	dir, secretsDir := filepath.Clean(p.Dir), cfg.SecretsDir
+	if abs, err := filepath.Abs(secretsDir); err == nil {
+		secretsDir = abs
+	}
+	if within(dir, secretsDir) || within(secretsDir, dir) {
+		c.errorf(base+".dir", "%q overlaps secrets_dir %q: the app mounts this directory, so it must never hold or contain the real secrets", clip(p.Dir), clip(cfg.SecretsDir))
+	}
+	seen := map[string]string{}
+	for _, ref := range cfg.RequiredSecretRefs() {
+		if ref == placeholderEnvFile {
+			c.errorf(base, "secret_ref %q collides with the env file of placeholders.dir; rename the secret", ref)
+			continue
+		}
+		name := secretref.EnvName(ref)
+		if other, ok := seen[name]; ok {
+			c.errorf(base, "secret_refs %q and %q both give the environment variable %s; rename one", other, ref, name)
+			continue
+		}
+		seen[name] = ref
+	}
+	return p
+}
+
+// within reports whether path is dir or inside it (both cleaned).
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
 // setIf sets *d to *v units when v is present and not negative.
 func setIf(d *time.Duration, v *int64, unit time.Duration) {
 	if v != nil && *v >= 0 && *v <= int64(1<<62)/int64(unit) {
@@ -708,6 +775,15 @@ func ApplyEnv(c *Config, getenv func(string) string) error {
 			return fmt.Errorf("BOTBOX_LOG_LEVEL: %w", err)
 		}
 		c.LogLevel = l
+	}
+	// The injector and the chart set BOTBOX_METRICS_LISTEN_ADDR from the
+	// downward API (status.podIP), which a ConfigMap cannot express.
+	if v := getenv("BOTBOX_METRICS_LISTEN_ADDR"); v != "" {
+		a, err := netip.ParseAddr(v)
+		if err != nil || a.Zone() != "" {
+			return fmt.Errorf("BOTBOX_METRICS_LISTEN_ADDR: %q is not an IP address", v)
+		}
+		c.MetricsListenAddr = a.Unmap()
 	}
 	return nil
 }

@@ -8,12 +8,14 @@ package config
 
 // wireConfig is the top level of the file.
 type wireConfig struct {
-	ListenAddr       *string `yaml:"listen_addr"`
-	ListenPort       *int64  `yaml:"listen_port"`
-	MetricsPort      *int64  `yaml:"metrics_port"`
-	SecretsDir       *string `yaml:"secrets_dir"`
-	MaxConnections   *int64  `yaml:"max_connections"`
-	AllowNonLoopback *bool   `yaml:"allow_non_loopback"`
+	ListenAddr  *string `yaml:"listen_addr"`
+	ListenPort  *int64  `yaml:"listen_port"`
+	MetricsPort *int64  `yaml:"metrics_port"`
+	// MetricsListenAddr is new (the reference always binds 127.0.0.1).
+	MetricsListenAddr *string `yaml:"metrics_listen_addr"`
+	SecretsDir        *string `yaml:"secrets_dir"`
+	MaxConnections    *int64  `yaml:"max_connections"`
+	AllowNonLoopback  *bool   `yaml:"allow_non_loopback"`
 
 	LogLevel       *string `yaml:"log_level"`
 	UpstreamCAFile *string `yaml:"upstream_ca_file"`
@@ -39,12 +41,19 @@ type wireConfig struct {
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
 	AddressGuard      *wireAddressGuard `yaml:"address_guard"`
+	Placeholders      *wirePlaceholders `yaml:"placeholders"`
 }
 
 // wireAddressGuard is address_guard.
 type wireAddressGuard struct {
 	Enabled      *bool    `yaml:"enabled"`
 	AllowedCIDRs []string `yaml:"allowed_cidrs"`
+}
+
+// wirePlaceholders is placeholders.
+type wirePlaceholders struct {
+	Enabled *bool   `yaml:"enabled"`
+	Dir     *string `yaml:"dir"`
 }
 
 // wirePolicy is egress_policy.

@@ -12,7 +12,8 @@ import (
 // init script's (reference §8.1); BOTBOX_DNS_SERVERS and BOTBOX_DROP_ICMP are
 // BotBox hardening options, off by default; BOTBOX_METRICS_PORT names
 // BotBox's third listening port for the port-squat rules; BOTBOX_REJECT makes
-// the final deny answer the app (fail fast) instead of dropping silently.
+// the final deny answer the app (fail fast) instead of dropping silently;
+// BOTBOX_NETFILTER_BACKEND chooses nftables or iptables (backend.go).
 const (
 	EnvUID                   = "BOTBOX_UID"
 	EnvProxyPort             = "BOTBOX_PROXY_PORT"
@@ -27,6 +28,7 @@ const (
 	EnvDropICMP              = "BOTBOX_DROP_ICMP"
 	EnvMetricsPort           = "BOTBOX_METRICS_PORT"
 	EnvReject                = "BOTBOX_REJECT"
+	EnvBackend               = "BOTBOX_NETFILTER_BACKEND"
 )
 
 // Limits enforced by ParseEnv.
@@ -93,6 +95,10 @@ type Settings struct {
 	// Only how a denied packet ends changes (finalDeny), never what is
 	// allowed.
 	Reject bool
+	// Backend is how the rules reach the kernel (BOTBOX_NETFILTER_BACKEND:
+	// nftables, iptables or auto, default auto: nftables when the kernel
+	// answers, else iptables). It never changes the rules.
+	Backend Backend
 }
 
 // DefaultSettings returns the reference defaults with IPv6 disabled.
@@ -106,6 +112,7 @@ func DefaultSettings() Settings {
 		NATChain:              "EGRESS_REDIRECT",
 		FilterChain:           "EGRESS_FILTER",
 		WaitSeconds:           5,
+		Backend:               BackendAuto,
 	}
 }
 
@@ -328,6 +335,14 @@ func envTable() []envVar {
 		{EnvDropICMP, boolField(EnvDropICMP, func(s *Settings) *bool { return &s.DropICMP })},
 		{EnvMetricsPort, portField(EnvMetricsPort, func(s *Settings) *uint16 { return &s.MetricsPort })},
 		{EnvReject, boolField(EnvReject, func(s *Settings) *bool { return &s.Reject })},
+		{EnvBackend, func(s *Settings, raw string) error {
+			b := Backend(raw)
+			if b != BackendAuto && b != BackendNFTables && b != BackendIPTables {
+				return checkError(fmt.Sprintf("ERROR: %s must be nftables, iptables or auto (got '%s').", EnvBackend, shown(raw)))
+			}
+			s.Backend = b
+			return nil
+		}},
 	}
 }
 

@@ -38,6 +38,16 @@ var envErrorCases = []struct {
 			"  Set BOTBOX_ENABLE_IPV6=0 for IPv4-only (ensure IPv6 is disabled or blocked separately).",
 	},
 	{
+		name:    "backend unknown",
+		env:     map[string]string{EnvIPv6: "1", EnvBackend: "nft"},
+		wantErr: "ERROR: BOTBOX_NETFILTER_BACKEND must be nftables, iptables or auto (got 'nft').",
+	},
+	{
+		name:    "backend case matters",
+		env:     map[string]string{EnvIPv6: "1", EnvBackend: "NFTables"},
+		wantErr: "ERROR: BOTBOX_NETFILTER_BACKEND must be nftables, iptables or auto (got 'NFTables').",
+	},
+	{
 		name:    "ipv6 true",
 		env:     map[string]string{EnvIPv6: "true"},
 		wantErr: "ERROR: BOTBOX_ENABLE_IPV6 must be 0 or 1 (got 'true').",
@@ -266,6 +276,7 @@ func TestParseEnv(t *testing.T) {
 		DropICMP:    true,
 		MetricsPort: 19090,
 		Reject:      true,
+		Backend:     BackendNFTables,
 	}
 	tests := []struct {
 		name     string
@@ -299,9 +310,20 @@ func TestParseEnv(t *testing.T) {
 				env[EnvDNSServers] = " 10.96.0.10 ,fd00:10::a,10.96.0.10"
 				env[EnvDropICMP] = "1"
 				env[EnvReject] = "1"
+				env[EnvBackend] = "nftables"
 				return env
 			}(),
 			want: custom,
+		},
+		{
+			name: "backend iptables",
+			env:  map[string]string{EnvIPv6: "1", EnvBackend: "iptables"},
+			want: func() Settings { s := DefaultSettings(); s.IPv6, s.Backend = true, BackendIPTables; return s }(),
+		},
+		{
+			name: "backend auto is the default",
+			env:  map[string]string{EnvIPv6: "1", EnvBackend: "auto"},
+			want: func() Settings { s := DefaultSettings(); s.IPv6 = true; return s }(),
 		},
 		{
 			name: "interception 0 with redirect 443 is no conflict",
@@ -365,6 +387,10 @@ func TestParseEnvForRemove(t *testing.T) {
 			"ERROR: BOTBOX_ENABLE_IPV6 must be 0 or 1 (got '2')."},
 		{"reject still validated", map[string]string{EnvReject: "true"}, Settings{},
 			"ERROR: BOTBOX_REJECT must be 0 or 1 (got 'true')."},
+		{"backend still validated", map[string]string{EnvBackend: "xt"}, Settings{},
+			"ERROR: BOTBOX_NETFILTER_BACKEND must be nftables, iptables or auto (got 'xt')."},
+		{"backend", map[string]string{EnvBackend: "nftables"},
+			func() Settings { s := DefaultSettings(); s.Backend = BackendNFTables; return s }(), ""},
 		{"chain still validated", map[string]string{EnvNATChain: "a b"}, Settings{},
 			"ERROR: BOTBOX_NAT_CHAIN is not a valid chain name (got 'a b'): only letters, digits, '_' and '-' are allowed."},
 	}

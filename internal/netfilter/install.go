@@ -59,39 +59,9 @@ func Install(ctx context.Context, s Settings, r Runner, stdout, stderr io.Writer
 	}
 
 	fmt.Fprintln(stdout, "Installing BotBox iptables rules...")
-	fmt.Fprintf(stdout, "  proxy_uid=%d proxy_port=%d redirect_from_port=%d ipv6=%s\n",
-		s.UID, s.ProxyPort, s.RedirectFromPort, boolDigit(s.IPv6))
-	if s.HTTPSInterception {
-		fmt.Fprintf(stdout, "  https_interception_port=%d (HTTPS interception enabled)\n", s.HTTPSInterceptionPort)
-	}
-	if len(s.DNSServers) > 0 {
-		fmt.Fprintf(stdout, "  dns_servers=%s (port 53 allowed only to these resolvers)\n", joinAddrs(s.DNSServers))
-	}
-	if s.DropICMP {
-		fmt.Fprintln(stdout, "  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery kept)")
-	}
-	if s.Reject {
-		fmt.Fprintln(stdout, "  reject=1 (blocked packets answered at once: TCP reset, ICMP port unreachable)")
-	}
-	fmt.Fprintf(stdout, "  botbox_ports=%s (handshakes from these ports answered only by UID %d)\n",
-		joinPorts(s.ProxyPort, s.HTTPSInterceptionPort, s.MetricsPort), s.UID)
-
-	if s.IPv6 {
-		// MLDv1 reports go to the group they announce, so the filter can
-		// keep solicited-node reports and drop the rest (mldRules). The
-		// sysctl is per network namespace. Where /proc/sys is read-only
-		// (an unprivileged container), every MLD report is dropped, which
-		// is the safe side: the note says what it costs.
-		for _, key := range []string{mldVersionAll, mldVersionDefault} {
-			if err := r.WriteSysctl(ctx, key, "1"); err != nil {
-				if ctx.Err() != nil {
-					return fmt.Errorf("setting %s: %w", key, ctx.Err())
-				}
-				fmt.Fprintf(stderr, "[NOTE] could not set %s=1 (%v): every MLD report is dropped; "+
-					"neighbour discovery still works unless the link has an MLD-snooping switch with an active querier.\n", key, err)
-				break
-			}
-		}
+	printParameters(s, stdout)
+	if err := setMLDVersion(ctx, s, r, stderr); err != nil {
+		return err
 	}
 
 	for _, f := range rs.Families() {
@@ -295,4 +265,48 @@ func joinAddrs(addrs []netip.Addr) string {
 		parts[i] = a.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// printParameters writes the parameter lines both backends print after
+// their "Installing ..." line.
+func printParameters(s Settings, stdout io.Writer) {
+	fmt.Fprintf(stdout, "  proxy_uid=%d proxy_port=%d redirect_from_port=%d ipv6=%s\n",
+		s.UID, s.ProxyPort, s.RedirectFromPort, boolDigit(s.IPv6))
+	if s.HTTPSInterception {
+		fmt.Fprintf(stdout, "  https_interception_port=%d (HTTPS interception enabled)\n", s.HTTPSInterceptionPort)
+	}
+	if len(s.DNSServers) > 0 {
+		fmt.Fprintf(stdout, "  dns_servers=%s (port 53 allowed only to these resolvers)\n", joinAddrs(s.DNSServers))
+	}
+	if s.DropICMP {
+		fmt.Fprintln(stdout, "  drop_icmp=1 (ICMP dropped; ICMPv6 neighbour discovery kept)")
+	}
+	if s.Reject {
+		fmt.Fprintln(stdout, "  reject=1 (blocked packets answered at once: TCP reset, ICMP port unreachable)")
+	}
+	fmt.Fprintf(stdout, "  botbox_ports=%s (handshakes from these ports answered only by UID %d)\n",
+		joinPorts(s.ProxyPort, s.HTTPSInterceptionPort, s.MetricsPort), s.UID)
+}
+
+// setMLDVersion sets force_mld_version with IPv6 (both backends; see
+// mldRules). Only a cancelled context is an error.
+func setMLDVersion(ctx context.Context, s Settings, r Runner, stderr io.Writer) error {
+	if s.IPv6 {
+		// MLDv1 reports go to the group they announce, so the filter can
+		// keep solicited-node reports and drop the rest (mldRules). The
+		// sysctl is per network namespace. Where /proc/sys is read-only
+		// (an unprivileged container), every MLD report is dropped, which
+		// is the safe side: the note says what it costs.
+		for _, key := range []string{mldVersionAll, mldVersionDefault} {
+			if err := r.WriteSysctl(ctx, key, "1"); err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("setting %s: %w", key, ctx.Err())
+				}
+				fmt.Fprintf(stderr, "[NOTE] could not set %s=1 (%v): every MLD report is dropped; "+
+					"neighbour discovery still works unless the link has an MLD-snooping switch with an active querier.\n", key, err)
+				break
+			}
+		}
+	}
+	return nil
 }

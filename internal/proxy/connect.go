@@ -104,6 +104,9 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 		h.reject(x, http.StatusBadRequest, bodyInvalidHost, telemetry.DecisionDeniedNoHost, reasonInvalidHost)
 		return
 	}
+	if h.tripConnect(r, x, hp) {
+		return
+	}
 	if !hp.HasPort || hp.Port != 443 {
 		// Only port 443 is intercepted; a tunnel to another port would carry
 		// a protocol BotBox does not speak.

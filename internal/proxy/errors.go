@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/botbox/botbox/internal/placeholder"
 	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/upstream"
@@ -82,6 +83,17 @@ func classify(ctx context.Context, err error) failure {
 	if _, ok := errors.AsType[*bodyTooLargeError](err); ok {
 		// max_request_body_bytes crossed while streaming (limits.go).
 		return failure{status: http.StatusRequestEntityTooLarge, body: bodyBodyTooLarge, reason: reasonBodyTooLarge}
+	}
+	if _, ok := errors.AsType[*tripwireError](err); ok {
+		// A placeholder in a streamed body (tripwire.go).
+		return failure{status: http.StatusForbidden, body: bodyTripwire, reason: reasonTripwire}
+	}
+	if e, ok := errors.AsType[*placeholder.SwapError](err); ok {
+		// A placeholder could not be swapped for its secret: fail closed.
+		if e.Missing {
+			return failure{status: http.StatusInternalServerError, body: bodySecretMissing, reason: reasonSecretMissing}
+		}
+		return failure{status: http.StatusInternalServerError, body: bodyRewriteFailed, reason: reasonRewriteFailed}
 	}
 	if _, ok := errors.AsType[*rewrite.MissingSecretError](err); ok {
 		// Fail closed: never forward a request without its credential.

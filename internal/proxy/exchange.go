@@ -64,6 +64,7 @@ type exchange struct {
 	timerDone    bool
 	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
 	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
+	tw           tripState
 }
 
 // exchangeKey is the context key under which forward stores the exchange
@@ -154,13 +155,14 @@ func bound(s string) (string, bool) {
 }
 
 // level is the decision line's level: ERROR when BotBox could not do its
-// job for an allowed request (500: a secret missing, a rewrite failed),
+// job for an allowed request (500: a secret missing, a rewrite failed) and
+// for a tripwire (a placeholder heading for the wrong host, an alarm),
 // WARN for every denial and every other failure (502, 504, a broken body,
 // a client gone), INFO for an allowed request that completed, whatever the
 // origin answered.
 func (x *exchange) level(status int) slog.Level {
 	switch {
-	case status == http.StatusInternalServerError && x.upstreamCode == 0:
+	case status == http.StatusInternalServerError && x.upstreamCode == 0, x.tw.trip.Load() != nil:
 		return slog.LevelError
 	case x.decision != telemetry.DecisionAllow, x.aborted, x.errText != "", status >= 500 && x.upstreamCode == 0:
 		return slog.LevelWarn
@@ -199,7 +201,8 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 		h.abort(x, telemetry.AbortClientClosed, context.Cause(x.ctx))
 	}
 	level := x.level(status)
-	if x.decision != telemetry.DecisionAllow && h.repeats.suppress(x, r.Method, status, level) {
+	// A tripwire line is an alarm: never folded into a repeat count.
+	if x.decision != telemetry.DecisionAllow && x.tw.trip.Load() == nil && h.repeats.suppress(x, r.Method, status, level) {
 		return
 	}
 	if !h.logger.Enabled(x.ctx, level) {
@@ -233,7 +236,7 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	)
 	if len(x.rewritten) > 0 {
 		attrs = append(attrs, slog.Any(telemetry.KeyHeaderRewritten, x.rewritten))
-		if refs := x.rewrites.SecretRefs(); len(refs) > 0 {
+		if refs := x.rewrites.SecretRefs(); len(refs) > 0 && x.tw.trip.Load() == nil {
 			attrs = append(attrs, slog.Any(telemetry.KeySecretRef, refs))
 		}
 	}
@@ -241,6 +244,7 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 		// Always an array, as in the lines above.
 		attrs = append(attrs, slog.Any(telemetry.KeySecretRef, []string{m.Ref}))
 	}
+	attrs = x.tripAttrs(attrs)
 	var cutUpgrade, cutErr bool
 	if x.upgrade != "" {
 		var up string

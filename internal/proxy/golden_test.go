@@ -44,7 +44,7 @@ func TestDecisionLinesGolden(t *testing.T) {
 	// A frozen clock: the repeats below fall in one aggregation window
 	// however slow the machine.
 	frozen := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	e := newEnv(t, envOpts{now: func() time.Time { return frozen }})
+	e := newEnv(t, envOpts{now: func() time.Time { return frozen }, placeholders: testPlaceholders()})
 	e.originMux.HandleFunc("/cut", func(w http.ResponseWriter, r *http.Request) {
 		c, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -120,6 +120,7 @@ func TestDecisionLinesGolden(t *testing.T) {
 	dead := "127.0.0.1:1"
 	e.dialAddr.Store(&dead)
 	step("upstream unreachable", func() { e.get("bare.example.test", "/", nil) })
+	step("tripwire", func() { e.get("bare.example.test", "/v1", http.Header{"X-Key": {phAPI}}) })
 
 	var got strings.Builder
 	for line := range strings.Lines(e.logs.String()) {

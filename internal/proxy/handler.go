@@ -75,6 +75,9 @@ type Options struct {
 	// HTTP/2 stream cap, request budget, write deadlines). Nil: a server with
 	// Config's downstream timeouts. Its TLSConfig is set by the tunnel.
 	ConnectServer func(http.Handler) *http.Server
+	// Placeholders, if set, turns on the placeholder swap and the tripwire
+	// (tripwire.go); nil when placeholders are disabled.
+	Placeholders PlaceholderSource
 }
 
 // Handler is the request pipeline shared by both listeners.
@@ -89,6 +92,8 @@ type Handler struct {
 	tunnels    tunnelSet
 	repeats    *repeatLog
 	connect    connectSetup
+	// placeholders is nil when placeholders are off.
+	placeholders PlaceholderSource
 }
 
 // defaultTunnelIdle applies when Options.Config has no tunnel idle timeout
@@ -115,6 +120,8 @@ func New(opts Options) (*Handler, error) {
 		now:        opts.Now,
 		tunnelIdle: opts.Config.Timeouts.TunnelIdle,
 		connect:    newConnectSetup(opts),
+
+		placeholders: opts.Placeholders,
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -269,6 +276,9 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	// The canonical path a rule with routes judged is the one forwarded,
 	// in report mode too.
 	x.path = d.Path
+	if h.tripHead(r, x, hp, g, d) {
+		return
+	}
 	if !d.Allowed() && g.Report {
 		h.forwardReport(r, x, hp, string(d.Reason), dialPolicy(g, d, hp.Host))
 		return
@@ -294,6 +304,9 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if !h.admitUpgrade(r, x) {
 		x.hostLabel = telemetry.HostDenied
 		h.reject(x, http.StatusBadRequest, bodyUpgrade, telemetry.DecisionDeniedUpgrade, reasonUpgrade)
+		return
+	}
+	if h.tripBody(r, x, d) {
 		return
 	}
 	x.decision, x.reason = telemetry.DecisionAllow, string(d.Reason)
@@ -355,6 +368,11 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	// No X-Forwarded-*: the origin must not learn the Pod's internals, and
 	// the reference adds none.
 	if x.rewrites == nil {
+		return
+	}
+	if err := h.swapPlaceholders(pr, x); err != nil {
+		// guardedTransport refuses the request; nothing is forwarded.
+		x.rewriteErr = err
 		return
 	}
 	names, err := x.rewrites.Apply(out.Header, x.secrets)
@@ -423,6 +441,7 @@ func (h *Handler) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	x := exchangeFrom(r.Context())
 	f := classify(r.Context(), err)
 	h.limitFailure(x, f)
+	h.tripFailure(x, f)
 	h.observeDuration(x)
 	if f.status == 0 {
 		// Nobody reads a response; the line still says why.

@@ -118,6 +118,9 @@ func (h *Handler) forwardReport(r *http.Request, x *exchange, hp hostport.HostPo
 		h.reject(x, http.StatusBadRequest, bodyUpgrade, telemetry.DecisionDeniedUpgrade, reasonUpgrade)
 		return
 	}
+	if h.tripBody(r, x, policy.Decision{}) {
+		return
+	}
 	x.decision, x.reason = telemetry.DecisionReportDeny, reason
 	x.hostLabel = telemetry.HostReport
 	x.rewrites = nil

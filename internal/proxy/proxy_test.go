@@ -89,10 +89,11 @@ type envOpts struct {
 	responseHeader time.Duration
 	http2Origin    bool
 	plainOrigin    bool
-	extraConfig    string           // top-level YAML lines added to testConfig
-	now            func() time.Time // the handler's clock (default time.Now)
-	guard          upstream.Guard   // the transport's dial guard (default none)
-	connectTLS     bool             // serve CONNECT with leaves from the test CA (connect_test.go)
+	extraConfig    string            // top-level YAML lines added to testConfig
+	now            func() time.Time  // the handler's clock (default time.Now)
+	guard          upstream.Guard    // the transport's dial guard (default none)
+	connectTLS     bool              // serve CONNECT with leaves from the test CA (connect_test.go)
+	placeholders   PlaceholderSource // Options.Placeholders (tripwire_test.go)
 	// peer, when valid, is the remote address the upstream connections
 	// report (the dial still goes to the origin): the address guard judges
 	// it (addrguard_test.go).
@@ -168,7 +169,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.metrics = telemetry.NewMetrics()
-	opts := Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now}
+	opts := Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now, Placeholders: o.placeholders}
 	if o.connectTLS {
 		opts.ConnectTLS = e.connectTLS()
 	}

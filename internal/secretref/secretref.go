@@ -34,3 +34,27 @@ func Valid(ref string) bool {
 	}
 	return true
 }
+
+// EnvName is the environment variable name of ref's placeholder in the env
+// file of placeholders.dir: ASCII letters upper-cased, digits kept, every
+// other character (each rune of a multi-byte one) an underscore, and a
+// leading underscore when the name would start with a digit
+// ("openai-api-key" gives OPENAI_API_KEY). Different refs can give the same
+// name ("a-b", "a_b"); config validation refuses such a pair.
+func EnvName(ref string) string {
+	b := make([]byte, 0, len(ref)+1)
+	for _, r := range ref {
+		switch {
+		case r >= 'a' && r <= 'z':
+			b = append(b, byte(r-'a'+'A'))
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			b = append(b, byte(r))
+		default:
+			b = append(b, '_')
+		}
+	}
+	if len(b) == 0 || b[0] >= '0' && b[0] <= '9' {
+		b = append([]byte{'_'}, b...)
+	}
+	return string(b)
+}

@@ -50,3 +50,39 @@ func FuzzValid(f *testing.F) {
 		}
 	})
 }
+
+func TestEnvName(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ ref, want string }{
+		{"openai-api-key", "OPENAI_API_KEY"},
+		{"anthropic.key", "ANTHROPIC_KEY"},
+		{"GitHub_Token2", "GITHUB_TOKEN2"},
+		{"1password", "_1PASSWORD"},
+		{"ключ", "____"},
+		{"a+b=c", "A_B_C"},
+	}
+	for _, tt := range tests {
+		if got := EnvName(tt.ref); got != tt.want {
+			t.Errorf("EnvName(%q) = %q, want %q", tt.ref, got, tt.want)
+		}
+	}
+}
+
+// FuzzEnvName holds that every name is a valid shell variable name.
+func FuzzEnvName(f *testing.F) {
+	for _, s := range []string{"openai-api-key", "9", "ключ", "a\x00b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		n := EnvName(ref)
+		if n == "" || n[0] >= '0' && n[0] <= '9' {
+			t.Fatalf("EnvName(%q) = %q: empty or starts with a digit", ref, n)
+		}
+		for i := 0; i < len(n); i++ {
+			c := n[i]
+			if !(c == '_' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+				t.Fatalf("EnvName(%q) = %q: byte %q is not [A-Z0-9_]", ref, n, c)
+			}
+		}
+	})
+}

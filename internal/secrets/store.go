@@ -54,6 +54,12 @@ type Options struct {
 	// the reload that caused it. Calls never overlap; they run on the
 	// goroutine of Open or Run and must not block.
 	OnReady func(ready bool)
+
+	// OnChange, if not nil, is called after every reload by Run that
+	// published a new snapshot (a secret added, changed or removed), on
+	// Run's goroutine, after OnReady. Calls never overlap and must not
+	// block for long (package placeholder rewrites its files there).
+	OnChange func()
 }
 
 // Store is a live, read-mostly view of a secret directory, made by [Open].
@@ -65,6 +71,7 @@ type Store struct {
 	resync   time.Duration
 	log      *slog.Logger
 	onReady  func(bool)
+	onChange func()
 
 	snap    atomic.Pointer[Snapshot] // never nil after Open
 	running atomic.Bool              // Run is active
@@ -104,6 +111,7 @@ func Open(opts Options) (*Store, error) {
 		resync:   cmp.Or(opts.Resync, defaultResync),
 		log:      opts.Logger,
 		onReady:  opts.OnReady,
+		onChange: opts.OnChange,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -228,6 +236,9 @@ func (s *Store) reload(trigger string) {
 	}
 	s.log.Info("secrets reloaded successfully", "trigger", trigger, "keys", s.Snapshot().keys)
 	s.reportReadiness()
+	if s.onChange != nil {
+		s.onChange()
+	}
 }
 
 // publish swaps in a snapshot of values if it differs from the current one,

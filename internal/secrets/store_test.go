@@ -219,3 +219,29 @@ func TestSetRequiredWhileRunning(t *testing.T) {
 		t.Error("Ready() = true with the last required set naming a missing key")
 	}
 }
+
+// TestOnChangeAfterEveryPublishedReload: OnChange runs after a reload that
+// changed the snapshot (added, changed, removed), never after one that did
+// not, and sees the new snapshot.
+func TestOnChangeAfterEveryPublishedReload(t *testing.T) {
+	dir := t.TempDir()
+	var s *Store
+	var seen []string
+	s, _ = mustOpen(t, Options{Dir: dir, OnChange: func() {
+		v, _ := get(s, "a")
+		seen = append(seen, v)
+	}})
+	s.reload("test") // nothing changed
+	writeFile(t, dir, "a", "1")
+	s.reload("test")
+	s.reload("test") // nothing changed
+	writeFile(t, dir, "a", "2")
+	s.reload("test")
+	if err := os.Remove(filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	s.reload("test")
+	if d := cmp.Diff([]string{"1", "2", ""}, seen); d != "" {
+		t.Errorf("OnChange saw (-want +got):\n%s", d)
+	}
+}

@@ -37,6 +37,7 @@ var restartKeys = []struct {
 	{"listen_addr", func(c *config.Config) any { return [2]any{c.ListenAddr, c.ListenAddrExplicit} }},
 	{"listen_port", func(c *config.Config) any { return c.ListenPort }},
 	{"metrics_port", func(c *config.Config) any { return c.MetricsPort }},
+	{"metrics_listen_addr", func(c *config.Config) any { return c.MetricsListenAddr }},
 	{"secrets_dir", func(c *config.Config) any { return c.SecretsDir }},
 	{"max_connections", func(c *config.Config) any { return c.MaxConnections }},
 	{"max_concurrent_requests", func(c *config.Config) any { return c.MaxConcurrentRequests }},
@@ -67,6 +68,8 @@ var restartKeys = []struct {
 	{"https_interception.cert_cache_size", func(c *config.Config) any { return c.Interception.CertCacheSize }},
 	{"https_interception.cert_cache_ttl_seconds", func(c *config.Config) any { return c.Interception.CertCacheTTL }},
 	{"https_interception.handshake_timeout_ms", func(c *config.Config) any { return c.Interception.HandshakeTimeout }},
+	{"placeholders.enabled", func(c *config.Config) any { return c.Placeholders.Enabled }},
+	{"placeholders.dir", func(c *config.Config) any { return c.Placeholders.Dir }},
 }
 
 // changedRestartKeys lists the restart keys whose value differs between
@@ -150,6 +153,7 @@ func (s *Server) Reload(trigger string) error {
 	if s.opts.LogLevel != nil {
 		s.opts.LogLevel.Set(cfg.LogLevel)
 	}
+	s.updatePlaceholders(cfg.RequiredSecretRefs())
 	s.live = cfg
 	s.transport.CloseIdleConnections()
 	s.sm.ConfigReloads.WithLabelValues(telemetry.ReloadSuccess).Inc()

@@ -26,7 +26,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,6 +36,7 @@ import (
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/listener"
 	"github.com/botbox/botbox/internal/mitm"
+	"github.com/botbox/botbox/internal/placeholder"
 	"github.com/botbox/botbox/internal/proxy"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -93,23 +93,28 @@ type Addrs struct {
 	Proxy     []net.Addr
 	Intercept []net.Addr
 	Metrics   net.Addr
+	// MetricsLoopback is the extra 127.0.0.1 admin listener bound when
+	// metrics_listen_addr does not cover 127.0.0.1 itself (nil otherwise).
+	MetricsLoopback net.Addr
 }
 
 // Server is one BotBox process.
 type Server struct {
-	cfg         *config.Config
-	opts        Options
-	logger      *slog.Logger
-	decisions   *slog.Logger // target proxy: the lines of requests refused before the handler
-	metrics     *telemetry.Metrics
-	sm          *telemetry.ServerMetrics
-	store       *secrets.Store
-	handler     *proxy.Handler
-	interceptor *mitm.Interceptor
-	probeKey    []byte
-	requests    chan struct{}       // max_concurrent_requests permits
-	gen         *generation.Current // the policy generation in force
-	transport   *upstream.Transport // upstream; its idle connections close at reload
+	cfg       *config.Config
+	opts      Options
+	logger    *slog.Logger
+	decisions *slog.Logger // target proxy: the lines of requests refused before the handler
+	metrics   *telemetry.Metrics
+	sm        *telemetry.ServerMetrics
+	store     *secrets.Store
+	// placeholders is nil unless placeholders.enabled (placeholders.go).
+	placeholders *placeholder.Manager
+	handler      *proxy.Handler
+	interceptor  *mitm.Interceptor
+	probeKey     []byte
+	requests     chan struct{}       // max_concurrent_requests permits
+	gen          *generation.Current // the policy generation in force
+	transport    *upstream.Transport // upstream; its idle connections close at reload
 
 	reloadMu   sync.Mutex
 	lastConfig []byte         // the config file's bytes last read (reloadMu)
@@ -165,12 +170,17 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Resync:   cfg.SecretsResyncInterval,
 		Logger:   telemetry.WithTarget(opts.Logger, telemetry.TargetSecrets),
 		OnReady:  func(ready bool) { s.secretsReady.Store(ready) },
+		// Run starts after New has set s.placeholders.
+		OnChange: func() { s.refreshPlaceholders() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("loading secrets from %q: %w", cfg.SecretsDir, err)
 	}
 	s.store = store
 	s.secretsReady.Store(store.Ready())
+	if err := s.openPlaceholders(cfg); err != nil {
+		return nil, err
+	}
 	if s.gen, err = generation.New(cfg); err != nil {
 		return nil, err
 	}
@@ -213,6 +223,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		ConnectServer: func(h http.Handler) *http.Server {
 			return s.newHTTPServer(s.guard(telemetry.ListenerHTTPS, h))
 		},
+		Placeholders: s.placeholderSource(),
 	})
 	if err != nil {
 		return nil, err
@@ -308,6 +319,9 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		s.logger.Info("starting HTTPS interception TLS listener", slog.String(telemetry.KeyAddr, a.String()))
 	}
 	s.logger.Info("metrics server listening", slog.String(telemetry.KeyAddr, s.addrs.Metrics.String()))
+	if s.addrs.MetricsLoopback != nil {
+		s.logger.Info("metrics server listening for loopback probes", slog.String(telemetry.KeyAddr, s.addrs.MetricsLoopback.String()))
+	}
 
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	watchDone := make(chan struct{})
@@ -381,12 +395,12 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 			closeAll(servers)
 		}
 	}()
-	metricsLn, err := s.opts.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(cfg.MetricsPort))))
+	metricsLns, err := s.bindMetrics()
 	if err != nil {
-		return nil, nil, fmt.Errorf("binding metrics server on 127.0.0.1:%d: %w", cfg.MetricsPort, err)
+		return nil, nil, err
 	}
 	pool := listener.NewIdlePool(adminMaxConnections, s.dropOptions(telemetry.ListenerAdmin, "admin port connection budget full, closing the longest-idle connection"))
-	servers = append(servers, &namedServer{name: "metrics", lns: []net.Listener{pool.Listener(metricsLn)}, srv: &http.Server{
+	adminSrv := &namedServer{name: "metrics", srv: &http.Server{
 		Handler:           admin.NewHandler(s.metrics.Registry, s.Ready, s.probeKey, admin.WithReadyNote(s.readyNote)),
 		ReadHeaderTimeout: adminReadHeaderTimeout,
 		ReadTimeout:       adminReadTimeout,
@@ -395,8 +409,15 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 		MaxHeaderBytes:    adminMaxHeaderBytes,
 		ConnState:         pool.ConnState,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
-	}})
-	s.addrs.Metrics = metricsLn.Addr()
+	}}
+	for _, ln := range metricsLns {
+		adminSrv.lns = append(adminSrv.lns, pool.Listener(ln))
+	}
+	servers = append(servers, adminSrv)
+	s.addrs.Metrics = metricsLns[0].Addr()
+	if len(metricsLns) > 1 {
+		s.addrs.MetricsLoopback = metricsLns[1].Addr()
+	}
 
 	limit = listener.NewConnLimit(cfg.MaxConnections)
 	proxyLns, err := s.bindAll(cfg.ListenAddr, cfg.ListenAddrExplicit, cfg.ListenPort)
@@ -554,6 +575,41 @@ func (s *Server) bindAll(addr netip.Addr, explicit bool, port uint16) ([]net.Lis
 		return nil, fmt.Errorf("binding %s: %w", v6, err)
 	}
 	return append(lns, ln6), nil
+}
+
+// bindMetrics binds the admin port on metrics_listen_addr and, unless that
+// address already covers it (127.0.0.1 itself, or the wildcard 0.0.0.0 /
+// "::", which Go binds dual-stack), on 127.0.0.1 too: exec probes
+// (`botbox probe http://127.0.0.1:PORT/healthz`) then work whatever the
+// scrape address is (TestMetricsListenAddr). An unset address (a Config not
+// made by config.Parse) means 127.0.0.1, never a wider bind. Both listeners
+// share one port number, so a probe needs only the port.
+func (s *Server) bindMetrics() ([]net.Listener, error) {
+	loopback := netip.MustParseAddr("127.0.0.1")
+	addr := s.cfg.MetricsListenAddr
+	if !addr.IsValid() {
+		addr = loopback
+	}
+	first := netip.AddrPortFrom(addr, s.cfg.MetricsPort)
+	ln, err := s.opts.Listen("tcp", first.String())
+	if err != nil {
+		return nil, fmt.Errorf("binding metrics server on %s (metrics_listen_addr, metrics_port): %w", first, err)
+	}
+	lns := []net.Listener{ln}
+	if addr == loopback || addr.IsUnspecified() {
+		return lns, nil
+	}
+	port := s.cfg.MetricsPort
+	if p := ln.Addr().(*net.TCPAddr).Port; p != int(port) {
+		port = uint16(p) // ephemeral port (tests): the same number on loopback
+	}
+	lo := netip.AddrPortFrom(loopback, port)
+	ln2, err := s.opts.Listen("tcp", lo.String())
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("binding metrics server on %s for loopback probes (metrics_listen_addr is %s): %w", lo, addr, err)
+	}
+	return append(lns, ln2), nil
 }
 
 // mitmObserver adapts the Prometheus metrics to mitm's observer interface.

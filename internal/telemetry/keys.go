@@ -36,6 +36,7 @@ const (
 	KeyPeer       = "peer"        // client address; only on connection errors and limit drops
 	KeyAddr       = "addr"        // a listener's address
 	KeyConfigPath = "config_path" // the config file being loaded
+	KeyDir        = "dir"         // a directory BotBox reads or writes (placeholders.dir)
 )
 
 // KeyRoute is the decision line's index, in its rule's routes, of the
@@ -57,4 +58,25 @@ const (
 	KeyTrigger    = "trigger"    // what started a reload: sighup, event, resync
 	KeyGeneration = "generation" // the policy generation in force after a reload
 	KeyKeys       = "keys"       // config keys that changed but need a restart
+)
+
+// Keys of the tripwire line (the decision line of a request that carried a
+// placeholder towards a host that may not receive its secret).
+const (
+	KeyEvent    = "event"    // EventSecretTripwire
+	KeyFoundIn  = "found_in" // FoundInHost, FoundInURL, FoundInHeader or FoundInBody
+	KeyEncoding = "encoding" // the placeholder's spelling: literal, percent_encoded, json_escaped, base64
+	// KeyPlaceholders is, on the start-up line of placeholders.dir, how
+	// many placeholders were written.
+	KeyPlaceholders = "placeholders"
+)
+
+// Keys of `botbox webhook`'s admission review line.
+const (
+	KeyEndpoint  = "endpoint"  // mutate or validate
+	KeyUID       = "uid"       // the AdmissionReview request's uid
+	KeyNamespace = "namespace" // the Pod's namespace
+	KeyName      = "name"      // the Pod's name (empty for generateName on CREATE)
+	KeyOperation = "operation" // CREATE, UPDATE, ...
+	KeyResult    = "result"    // allowed, patched, denied, invalid
 )

@@ -30,6 +30,23 @@ const (
 	// DecisionReportDeny: mode report forwarded, without header rewrites,
 	// a request that enforce mode would have refused.
 	DecisionReportDeny = "report_deny"
+	// DecisionDeniedTripwire: a placeholder credential was on its way to a
+	// host whose rule does not reference its secret (403 credential not
+	// allowed for this host), in any mode.
+	DecisionDeniedTripwire = "denied_tripwire"
+)
+
+// EventSecretTripwire is the event field of the ERROR line of a placeholder
+// caught heading for a host that may not receive its secret.
+const EventSecretTripwire = "secret_tripwire"
+
+// Values of the found_in field of a tripwire line: where in the request
+// the placeholder was.
+const (
+	FoundInHost   = "host"
+	FoundInURL    = "url"
+	FoundInHeader = "header"
+	FoundInBody   = "body"
 )
 
 // Host label values that are not a rule's host. A requested host that no

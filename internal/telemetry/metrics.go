@@ -66,6 +66,11 @@ type Metrics struct {
 	// decision, reason AbortUpstreamBody or AbortClientClosed; host as in
 	// ForHost. Their decision line says the same, at WARN.
 	Aborted *prometheus.CounterVec
+	// SecretTripwire is botbox_secret_tripwire_total{secret_ref}: requests
+	// refused because they carried the placeholder of a secret towards a
+	// host whose rule does not reference it (secret_ref is a configured
+	// key name, a closed set).
+	SecretTripwire *prometheus.CounterVec
 
 	hosts sync.Map // host label -> *HostMetrics
 }
@@ -122,6 +127,10 @@ func NewMetrics() *Metrics {
 			Name: "botbox_requests_aborted_total",
 			Help: "Total allowed requests aborted after the decision (upstream body error or client gone)",
 		}, []string{"host", "reason"}),
+		SecretTripwire: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "botbox_secret_tripwire_total",
+			Help: "Total requests refused for carrying a placeholder credential to a host its secret is not for",
+		}, []string{"secret_ref"}),
 	}
 }
 

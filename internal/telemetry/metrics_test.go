@@ -46,6 +46,7 @@ func exerciseAll(m *Metrics) {
 	m.HostMismatch.Inc()
 	m.Aborted.WithLabelValues("api.example.com", AbortUpstreamBody).Inc()
 	m.Aborted.WithLabelValues(HostDefaultAllow, AbortClientClosed).Inc()
+	m.SecretTripwire.WithLabelValues("openai-api-key").Inc()
 }
 
 // lintAllowed lists promlint objections to names and help strings the

@@ -25,7 +25,11 @@ func apiKeyPod(t *testing.T, cfg podConfig) (*pod, string) {
 // credential injected exactly once; the app's own Authorization values are
 // gone, other headers and the body pass unchanged.
 func TestAllowedHTTPInjectsCredentialOverTLS(t *testing.T) {
-	p, key := apiKeyPod(t, podConfig{ipv6: true})
+	forEachBackend(t, testAllowedHTTPInjectsCredentialOverTLS)
+}
+
+func testAllowedHTTPInjectsCredentialOverTLS(t *testing.T, backend string) {
+	p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	mark := p.mark(t)
 	r := p.app(t, "http", "-url", "http://api.example.test/v1/models?limit=1", "-method", "POST", "-data", `{"q":1}`,
 		"-H", "Authorization: Bearer app-own-token",
@@ -60,7 +64,11 @@ func TestAllowedHTTPInjectsCredentialOverTLS(t *testing.T) {
 // rule, a host without a rule, the origin's IP literal, and an explicit
 // proxy CONNECT tunnel (405).
 func TestDeniedHostOriginSeesNothing(t *testing.T) {
-	p, _ := apiKeyPod(t, podConfig{ipv6: true})
+	forEachBackend(t, testDeniedHostOriginSeesNothing)
+}
+
+func testDeniedHostOriginSeesNothing(t *testing.T, backend string) {
+	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	for _, url := range []string{
 		"http://blocked.example.test/exfil",
 		"http://other.example.test/exfil",
@@ -87,7 +95,11 @@ func TestDeniedHostOriginSeesNothing(t *testing.T) {
 // under default_action: allow (the reference's raw string match let
 // "blocked.com." and "x@blocked.com" through, reference §10.3 #3).
 func TestDenyRuleHoldsUnderDefaultAllow(t *testing.T) {
-	p, _ := apiKeyPod(t, podConfig{defaultAllow: true})
+	forEachBackend(t, testDenyRuleHoldsUnderDefaultAllow)
+}
+
+func testDenyRuleHoldsUnderDefaultAllow(t *testing.T, backend string) {
+	p, _ := apiKeyPod(t, podConfig{backend: backend, defaultAllow: true})
 	transparent := p.addr4(80).String() // redirected to BotBox
 	cases := []struct{ name, addr, target, host string }{
 		{"Host exact", transparent, "/exfil", "blocked.example.test"},
@@ -126,8 +138,10 @@ func TestDenyRuleHoldsUnderDefaultAllow(t *testing.T) {
 
 // Direct TCP from the app to the origin's other ports, and to 443 in
 // HTTP-only mode, gets no connection.
-func TestDirectTCPDropped(t *testing.T) {
-	p, _ := apiKeyPod(t, podConfig{ipv6: true})
+func TestDirectTCPDropped(t *testing.T) { forEachBackend(t, testDirectTCPDropped) }
+
+func testDirectTCPDropped(t *testing.T, backend string) {
+	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	for _, port := range []uint16{443, 8443, 22} {
 		dst := p.addr4(port)
 		t.Run(dst.String(), func(t *testing.T) {
@@ -140,8 +154,10 @@ func TestDirectTCPDropped(t *testing.T) {
 
 // UDP from the app (443: the QUIC stand-in; 9999: any other port) never
 // arrives.
-func TestUDPDropped(t *testing.T) {
-	p, _ := apiKeyPod(t, podConfig{ipv6: true})
+func TestUDPDropped(t *testing.T) { forEachBackend(t, testUDPDropped) }
+
+func testUDPDropped(t *testing.T, backend string) {
+	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	for _, dst := range []netip.AddrPort{p.addr4(443), p.addr4(9999)} {
 		t.Run(dst.String(), func(t *testing.T) {
 			mark := p.mark(t)
@@ -154,9 +170,11 @@ func TestUDPDropped(t *testing.T) {
 // Port 53 is the reference's deliberate hole: open to any destination by
 // default. BOTBOX_DNS_SERVERS narrows it to the given resolvers (per family;
 // a family without one gets no port-53 exemption).
-func TestDNSPort53(t *testing.T) {
+func TestDNSPort53(t *testing.T) { forEachBackend(t, testDNSPort53) }
+
+func testDNSPort53(t *testing.T, backend string) {
 	t.Run("default: open to any destination", func(t *testing.T) {
-		p, _ := apiKeyPod(t, podConfig{ipv6: true})
+		p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 		for _, dst := range []netip.AddrPort{netip.AddrPortFrom(p.netIP4b, 53), p.addr6(53)} {
 			mark := p.mark(t)
 			token := "dns-" + randomHex(t, 4)
@@ -168,7 +186,7 @@ func TestDNSPort53(t *testing.T) {
 		t.Logf("documented: with BOTBOX_DNS_SERVERS unset, UDP/TCP 53 reaches any address (reference §8.3, §10.3 #18)")
 	})
 	t.Run("BOTBOX_DNS_SERVERS restricts it", func(t *testing.T) {
-		p, _ := apiKeyPod(t, podConfig{ipv6: true, installEnv: func(p *pod) []string {
+		p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true, installEnv: func(p *pod) []string {
 			return []string{"BOTBOX_DNS_SERVERS=" + p.netIP4.String()}
 		}})
 		resolver := netip.AddrPortFrom(p.netIP4, 53)
@@ -194,8 +212,10 @@ func TestDNSPort53(t *testing.T) {
 // With BOTBOX_ENABLE_IPV6=1, IPv6 from the app is redirected to BotBox
 // (http:// to an IPv6-only name works, with the credential injected) or
 // dropped (direct TCP and UDP), never direct.
-func TestIPv6Redirected(t *testing.T) {
-	p, key := apiKeyPod(t, podConfig{ipv6: true})
+func TestIPv6Redirected(t *testing.T) { forEachBackend(t, testIPv6Redirected) }
+
+func testIPv6Redirected(t *testing.T, backend string) {
+	p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	t.Run("http:// to an IPv6-only name goes through BotBox", func(t *testing.T) {
 		mark := p.mark(t)
 		r := p.app(t, "http", "-url", "http://v6.example.test/v6", "-H", "Authorization: Bearer app-own")
@@ -232,8 +252,10 @@ func TestIPv6Redirected(t *testing.T) {
 // the app reaches the origin directly over IPv6, its own credential intact
 // and nothing injected. Asserted so the documentation stays honest; IPv4
 // stays contained.
-func TestIPv6BypassWhenDisabled(t *testing.T) {
-	p, key := apiKeyPod(t, podConfig{ipv6: false})
+func TestIPv6BypassWhenDisabled(t *testing.T) { forEachBackend(t, testIPv6BypassWhenDisabled) }
+
+func testIPv6BypassWhenDisabled(t *testing.T, backend string) {
+	p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: false})
 	mark := p.mark(t)
 	r := p.app(t, "http", "-url", "http://v6.example.test/bypass", "-H", "Authorization: Bearer app-own")
 	if r.Status != http.StatusOK {
@@ -258,8 +280,10 @@ func TestIPv6BypassWhenDisabled(t *testing.T) {
 // A process running as BotBox's UID (1337) is exempt from every rule: it
 // reaches the origin directly. This is the reference's documented risk (the
 // app must never run as 1337), asserted so that it cannot change silently.
-func TestUID1337IsExempt(t *testing.T) {
-	p, key := apiKeyPod(t, podConfig{ipv6: true})
+func TestUID1337IsExempt(t *testing.T) { forEachBackend(t, testUID1337IsExempt) }
+
+func testUID1337IsExempt(t *testing.T, backend string) {
+	p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	mark := p.mark(t)
 	r := p.client(t, uidBotBox, "http", "-url", "https://api.example.test:8443/direct", "-cacert", p.originCA)
 	if r.Status != http.StatusOK {
@@ -294,7 +318,11 @@ func TestUID1337IsExempt(t *testing.T) {
 // headers hands the credential to the agent. Asserted so the README's
 // containment table stays honest.
 func TestAllowlistedUpstreamNotContained(t *testing.T) {
-	p, key := apiKeyPod(t, podConfig{ipv6: true})
+	forEachBackend(t, testAllowlistedUpstreamNotContained)
+}
+
+func testAllowlistedUpstreamNotContained(t *testing.T, backend string) {
+	p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 	mark := p.mark(t)
 	loot := "exfil-" + randomHex(t, 8)
 	r := p.app(t, "http", "-url", "http://api.example.test/upload", "-method", "PUT", "-data", loot)
@@ -317,7 +345,9 @@ func TestAllowlistedUpstreamNotContained(t *testing.T) {
 
 // ICMP is not filtered by default (reference §8.3: a tunnelling channel);
 // BOTBOX_DROP_ICMP=1 drops it for the app, both families.
-func TestICMP(t *testing.T) {
+func TestICMP(t *testing.T) { forEachBackend(t, testICMP) }
+
+func testICMP(t *testing.T, backend string) {
 	for _, tt := range []struct {
 		name  string
 		drop  bool
@@ -327,7 +357,7 @@ func TestICMP(t *testing.T) {
 		{"BOTBOX_DROP_ICMP=1 drops it", true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := podConfig{ipv6: true}
+			cfg := podConfig{backend: backend, ipv6: true}
 			if tt.drop {
 				cfg.installEnv = func(*pod) []string { return []string{"BOTBOX_DROP_ICMP=1"} }
 			}

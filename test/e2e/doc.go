@@ -9,7 +9,10 @@
 // addresses and /etc/netns entries are random per run, so parallel runs do not
 // collide. No packet leaves the two namespaces and loopback.
 //
-// The tests need root, ip, iptables/ip6tables and setpriv: they skip (with
+// The containment tests run once per netfilter backend (forEachBackend:
+// subtests "iptables" and "nftables"); the others use the default, auto.
+//
+// The tests need root, ip, iptables/ip6tables, nft and setpriv: they skip (with
 // the reason) when those are missing, and fail when the CI environment
 // variable is set. TestClientCompatibility also needs curl, python3 with
 // requests, node and java with keytool on the pod's PATH (.ci/run installs

@@ -46,7 +46,7 @@ func prerequisites() string {
 		return "needs root (network namespaces, iptables, setpriv)"
 	}
 	var missing []string
-	for _, bin := range []string{"ip", "iptables", "ip6tables", "iptables-save", "ip6tables-save", "iptables-restore", "ip6tables-restore", "setpriv", "go"} {
+	for _, bin := range []string{"ip", "iptables", "ip6tables", "iptables-save", "ip6tables-save", "iptables-restore", "ip6tables-restore", "nft", "setpriv", "go"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			missing = append(missing, bin)
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -68,15 +69,21 @@ func (rs ruleset) mentions(s string) bool {
 	return false
 }
 
-// The init step: `print` touches nothing; `install` is atomic and
-// idempotent (twice leaves exactly one OUTPUT jump per BotBox chain, at
-// position 1, and the same chains), keeps foreign rules, and contains the app
-// with real packets; `remove` restores the namespace to no BotBox rules and
-// is itself idempotent; the fail-fast checks of reference §8.2 change
-// nothing.
+// The init step, with each backend: `print` touches nothing; `install` is
+// atomic and idempotent (iptables: twice leaves exactly one OUTPUT jump per
+// BotBox chain, at position 1, and the same chains; nftables: the same
+// tables ip botbox and ip6 botbox), keeps foreign rules (iptables and
+// nftables ones), uses only its own backend, and contains the app with real
+// packets; `remove` restores the namespace to no BotBox rules and is itself
+// idempotent; the fail-fast checks of reference §8.2 change nothing.
 func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
+	forEachBackend(t, testNetfilterInstallIdempotentAndRemove)
+}
+
+func testNetfilterInstallIdempotentAndRemove(t *testing.T, backend string) {
 	p := newPod(t, podConfig{noInstall: true, noBotBox: true})
-	env := []string{"BOTBOX_ENABLE_IPV6=1", "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1"}
+	env := []string{"BOTBOX_ENABLE_IPV6=1", "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1", "BOTBOX_NETFILTER_BACKEND=" + backend}
+	nft := backend == "nftables"
 
 	// Someone else's rules, which BotBox must leave alone.
 	for _, bin := range []string{"iptables", "ip6tables"} {
@@ -89,14 +96,18 @@ func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
 			}
 		}
 	}
+	// A foreign nftables table too.
+	if _, errOut, code := p.run(t, p.podNS, uidRoot, nil, "nft", "add table inet foreign; add chain inet foreign out { type filter hook output priority 10; }; add rule inet foreign out tcp dport 12347 accept"); code != 0 {
+		t.Fatalf("nft: %s", errOut)
+	}
 	saves := func() map[string]ruleset {
-		return map[string]ruleset{"IPv4": parseSave(p.save(t, false)), "IPv6": parseSave(p.save(t, true))}
+		return map[string]ruleset{"IPv4": parseSave(p.save(t, false)), "IPv6": parseSave(p.save(t, true)), "nft": p.nftRuleset(t)}
 	}
 	baseline := saves()
 
 	t.Run("print touches nothing", func(t *testing.T) {
 		out, errOut, code := p.netfilter(t, env, "print")
-		if code != 0 || !strings.Contains(out, "EGRESS_REDIRECT") || !strings.Contains(out, "EGRESS_FILTER") {
+		if code != 0 || !strings.Contains(out, "EGRESS_REDIRECT") || !strings.Contains(out, "EGRESS_FILTER") || strings.Contains(out, "table ip6 botbox {") != nft {
 			t.Fatalf("botbox netfilter print: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 		}
 		if d := cmp.Diff(baseline, saves()); d != "" {
@@ -106,7 +117,8 @@ func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
 
 	install := func(t *testing.T) {
 		t.Helper()
-		if out, errOut, code := p.netfilter(t, env, "install"); code != 0 {
+		out, errOut, code := p.netfilter(t, env, "install")
+		if code != 0 || !strings.Contains(out, "Installing BotBox "+backend+" rules...") {
 			t.Fatalf("botbox netfilter install: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 		}
 	}
@@ -121,15 +133,23 @@ func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
 		}
 		for _, family := range []string{"IPv4", "IPv6"} {
 			rs := second[family]
+			for table := range map[string]bool{"nat": true, "filter": true} {
+				for _, foreign := range baseline[family].output(table) {
+					if !slices.Contains(rs.output(table), foreign) {
+						t.Errorf("%s %s: foreign rule %q removed by install", family, table, foreign)
+					}
+				}
+			}
+			if nft {
+				if rs.mentions("EGRESS_") {
+					t.Errorf("the nftables backend wrote iptables rules (%s):\n%s", family, strings.Join(flatten(rs), "\n"))
+				}
+				continue
+			}
 			for table, jump := range map[string]string{"nat": "-A OUTPUT -p tcp -j EGRESS_REDIRECT", "filter": "-A OUTPUT -j EGRESS_FILTER"} {
 				out := rs.output(table)
 				if n := countOf(out, jump); n != 1 || len(out) == 0 || out[0] != jump {
 					t.Errorf("%s %s OUTPUT = %q, want exactly one %q, first", family, table, out, jump)
-				}
-				for _, foreign := range baseline[family].output(table) {
-					if !slices.Contains(out, foreign) {
-						t.Errorf("%s %s: foreign rule %q removed by install", family, table, foreign)
-					}
 				}
 			}
 			if got := rs.chain("nat", "EGRESS_REDIRECT"); countOf(got, "--to-ports 8443") != 1 || countOf(got, "--to-ports 8080") != 1 {
@@ -137,6 +157,28 @@ func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
 			}
 			if got := rs.chain("filter", "EGRESS_FILTER"); len(got) == 0 || !strings.HasSuffix(got[len(got)-1], "-j DROP") {
 				t.Errorf("%s filter EGRESS_FILTER = %q, want it to end in DROP", family, got)
+			}
+		}
+		tables := second["nft"].botboxTables()
+		if !nft {
+			if len(tables) > 0 {
+				t.Errorf("the iptables backend made nftables tables %q", tables)
+			}
+			return
+		}
+		for _, fam := range []string{"ip", "ip6"} {
+			got := tables[fam]
+			if countOf(got, "redirect to :8443") != 1 || countOf(got, "redirect to :8080") != 1 {
+				t.Errorf("table %s botbox = %q, want one redirect to 8080 and one to 8443", fam, got)
+			}
+			if !slices.Contains(got, "chain output.nat { type nat hook output priority -100; policy accept; meta l4proto tcp jump EGRESS_REDIRECT }") ||
+				!slices.Contains(got, "chain output.filter { type filter hook output priority filter; policy accept; jump EGRESS_FILTER }") {
+				t.Errorf("table %s botbox lacks its base chains:\n%s", fam, strings.Join(got, "\n"))
+			}
+			if !slices.ContainsFunc(got, func(c string) bool {
+				return strings.HasPrefix(c, "chain EGRESS_FILTER {") && strings.HasSuffix(c, " drop }")
+			}) {
+				t.Errorf("table %s botbox: EGRESS_FILTER does not end in drop:\n%s", fam, strings.Join(got, "\n"))
 			}
 		}
 	})
@@ -160,6 +202,9 @@ func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
 				if after[family].mentions("EGRESS_") {
 					t.Errorf("remove #%d left BotBox rules in %s:\n%s", i+1, family, strings.Join(flatten(after[family]), "\n"))
 				}
+			}
+			if tables := after["nft"].botboxTables(); len(tables) > 0 {
+				t.Errorf("remove #%d left nftables tables %q", i+1, tables)
 			}
 			if d := cmp.Diff(baseline, after); d != "" {
 				t.Errorf("remove #%d did not restore the rules as before install (-before +after):\n%s", i+1, d)
@@ -185,7 +230,7 @@ func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
 			{[]string{"BOTBOX_ENABLE_IPV6=yes"}, "BOTBOX_ENABLE_IPV6 must be 0 or 1"},
 			{[]string{"BOTBOX_ENABLE_IPV6=0", "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1", "BOTBOX_REDIRECT_FROM_PORT=443"}, "conflict"},
 		} {
-			out, errOut, code := p.netfilter(t, tt.env, "install")
+			out, errOut, code := p.netfilter(t, append(tt.env, "BOTBOX_NETFILTER_BACKEND="+backend), "install")
 			if code != 1 || !strings.Contains(errOut, tt.want) {
 				t.Errorf("install with %q: exit %d, stderr %q, want exit 1 and %q\nstdout: %s", tt.env, code, errOut, tt.want, out)
 			}
@@ -194,6 +239,56 @@ func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
 			t.Errorf("failed installs changed the rules (-before +after):\n%s", d)
 		}
 	})
+}
+
+// nftRuleset is `nft list ruleset` in the pod as a ruleset with one entry
+// "nft": each chain on one line ("chain NAME { rule; rule }") prefixed with
+// its table, counters removed (they change with traffic).
+func (p *pod) nftRuleset(t *testing.T) ruleset {
+	t.Helper()
+	out, errOut, code := p.run(t, p.podNS, uidRoot, nil, "nft", "list", "ruleset")
+	if code != 0 {
+		t.Fatalf("nft list ruleset: exit %d: %s", code, errOut)
+	}
+	counters := regexp.MustCompile(`counter packets \d+ bytes \d+ ?`)
+	var chains []string
+	table, chain := "", ""
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(counters.ReplaceAllString(line, ""))
+		switch {
+		case line == "":
+		case strings.HasPrefix(line, "table "):
+			table = strings.TrimSuffix(line, " {")
+		case strings.HasPrefix(line, "chain "):
+			chain = line
+		case line == "}" && chain != "":
+			chains = append(chains, table+": "+chain+" }")
+			chain = ""
+		case line == "}":
+			table = ""
+		case chain != "":
+			sep := "; "
+			if strings.HasSuffix(chain, "{") || strings.HasSuffix(chain, ";") {
+				sep = " "
+			}
+			chain += sep + line
+		}
+	}
+	return ruleset{"nft": chains}
+}
+
+// botboxTables returns, per family ("ip", "ip6"), the chains of BotBox's
+// nftables table in an nftRuleset, without the table prefix.
+func (rs ruleset) botboxTables() map[string][]string {
+	out := map[string][]string{}
+	for _, l := range rs["nft"] {
+		for _, fam := range []string{"ip", "ip6"} {
+			if c, ok := strings.CutPrefix(l, "table "+fam+" botbox: "); ok {
+				out[fam] = append(out[fam], c)
+			}
+		}
+	}
+	return out
 }
 
 // countOf counts the lines containing s.

@@ -76,6 +76,9 @@ const rulesDefault = `
 
 // podConfig describes one scenario.
 type podConfig struct {
+	// backend is BOTBOX_NETFILTER_BACKEND for the init step ("": unset,
+	// so auto). Containment tests run once per backend (forEachBackend).
+	backend string
 	// ipv6 is BOTBOX_ENABLE_IPV6 for the init step.
 	ipv6 bool
 	// interception enables https_interception in BotBox's config and
@@ -123,6 +126,10 @@ type podConfig struct {
 	// address of the net namespace, added to it, not served by the
 	// origin); default: the origin's address, where nothing answers DNS.
 	nameserver netip.Addr
+	// extraConfig is appended to the top level of BotBox's config.
+	extraConfig string
+	// placeholders turns placeholders on, in <dir>/placeholders.
+	placeholders bool
 }
 
 // guardDefaults as podConfig.addressGuard leaves address_guard at its
@@ -151,6 +158,20 @@ type pod struct {
 	origin  *proc
 	control *http.Client // the origin's control socket
 	botbox  *proc
+}
+
+// netfilterBackends are the values of BOTBOX_NETFILTER_BACKEND the
+// containment tests run with.
+func netfilterBackends() []string { return []string{"iptables", "nftables"} }
+
+// forEachBackend runs test once per netfilter backend, as the subtests
+// "iptables" and "nftables": every containment property is proved with
+// real packets for both ways the rules reach the kernel (issue 14).
+func forEachBackend(t *testing.T, test func(t *testing.T, backend string)) {
+	t.Helper()
+	for _, b := range netfilterBackends() {
+		t.Run(b, func(t *testing.T) { test(t, b) })
+	}
 }
 
 // newPod builds the topology of e2e.md for one test and registers its
@@ -344,6 +365,9 @@ func (p *pod) startOrigin(t *testing.T) {
 // installEnv is the init step's environment for this scenario.
 func (p *pod) installEnv() []string {
 	env := []string{"BOTBOX_ENABLE_IPV6=" + boolEnv(p.cfg.ipv6)}
+	if p.cfg.backend != "" {
+		env = append(env, "BOTBOX_NETFILTER_BACKEND="+p.cfg.backend)
+	}
 	if p.cfg.interception {
 		env = append(env, "BOTBOX_ENABLE_HTTPS_INTERCEPTION=1")
 	}
@@ -359,6 +383,9 @@ func (p *pod) install(t *testing.T) {
 	out, errOut, code := p.run(t, p.podNS, uidRoot, p.installEnv(), p.bins.botbox, "netfilter", "install")
 	if code != 0 {
 		t.Fatalf("botbox netfilter install (env %v) exited %d:\nstdout:\n%s\nstderr:\n%s", p.installEnv(), code, out, errOut)
+	}
+	if b := p.cfg.backend; b != "" && !strings.Contains(out, "Installing BotBox "+b+" rules...") {
+		t.Fatalf("botbox netfilter install with BOTBOX_NETFILTER_BACKEND=%s did not use it:\n%s\n%s", b, out, errOut)
 	}
 }
 
@@ -388,6 +415,7 @@ func (p *pod) writeConfig(t *testing.T) {
 	fmt.Fprintf(&b, "secrets_reload_debounce_ms: %d\n", debounce.Milliseconds())
 	fmt.Fprintf(&b, "upstream_ca_file: %q\n", p.originCA)
 	fmt.Fprintf(&b, "upstream_connect_timeout_ms: 3000\nupstream_response_header_timeout_ms: 5000\n")
+	b.WriteString(p.cfg.extraConfig)
 	action := "deny"
 	if p.cfg.defaultAllow {
 		action = "allow"
@@ -404,6 +432,18 @@ func (p *pod) writeConfig(t *testing.T) {
 		caDir := filepath.Dir(p.botboxCA)
 		fmt.Fprintf(&b, "https_interception:\n  enabled: true\n  ca_cert_path: %q\n  ca_key_path: %q\n  deny_handshake_on_disallowed_sni: %t\n",
 			filepath.Join(caDir, "ca.crt"), filepath.Join(caDir, "ca.key"), p.cfg.denyHandshake)
+	}
+	if p.cfg.placeholders {
+		// The shared emptyDir: created for the Pod, writable by BotBox,
+		// readable by the app.
+		phDir := filepath.Join(p.dir, "placeholders")
+		if err := os.Mkdir(phDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(phDir, uidBotBox, uidBotBox); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "placeholders:\n  enabled: true\n  dir: %q\n", filepath.Join(p.dir, "placeholders"))
 	}
 	p.configPath = filepath.Join(p.dir, "botbox.yaml")
 	writeFile(t, p.configPath, []byte(b.String()), 0o644)

@@ -16,9 +16,11 @@ import (
 // reach nothing; UDP still never arrives; the redirect to BotBox and the
 // injection are unchanged. With the default the same connect gets no reset:
 // it times out (issue 10 item 7). Error kinds are asserted, never durations.
-func TestRejectFailsFast(t *testing.T) {
+func TestRejectFailsFast(t *testing.T) { forEachBackend(t, testRejectFailsFast) }
+
+func testRejectFailsFast(t *testing.T, backend string) {
 	t.Run("BOTBOX_REJECT=1", func(t *testing.T) {
-		p, key := apiKeyPod(t, podConfig{ipv6: true, installEnv: func(*pod) []string { return []string{"BOTBOX_REJECT=1"} }})
+		p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: true, installEnv: func(*pod) []string { return []string{"BOTBOX_REJECT=1"} }})
 		for _, dst := range []netip.AddrPort{p.addr4(443), p.addr4(8443), p.addr4(22), p.addr6(443), p.addr6(8443)} {
 			t.Run("tcp "+dst.String(), func(t *testing.T) {
 				mark := p.mark(t)
@@ -49,7 +51,7 @@ func TestRejectFailsFast(t *testing.T) {
 		})
 	})
 	t.Run("default: dropped, no reset", func(t *testing.T) {
-		p, _ := apiKeyPod(t, podConfig{ipv6: true})
+		p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
 		for _, dst := range []netip.AddrPort{p.addr4(8443), p.addr6(8443)} {
 			mark := p.mark(t)
 			r := p.app(t, "tcp", "-addr", dst.String(), "-connect-timeout", "300ms")
@@ -68,8 +70,10 @@ func TestRejectFailsFast(t *testing.T) {
 // address; the origin hears neither the datagram nor an ICMPv6 error
 // quoting it. The barrier is an echo request from the exempt UID, recorded
 // by the same ICMPv6 socket after anything sent before it.
-func TestRejectRepliesStayInPod(t *testing.T) {
-	p, _ := apiKeyPod(t, podConfig{ipv6: true, icmp6: true, installEnv: func(*pod) []string { return []string{"BOTBOX_REJECT=1"} }})
+func TestRejectRepliesStayInPod(t *testing.T) { forEachBackend(t, testRejectRepliesStayInPod) }
+
+func testRejectRepliesStayInPod(t *testing.T, backend string) {
+	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true, icmp6: true, installEnv: func(*pod) []string { return []string{"BOTBOX_REJECT=1"} }})
 	dst := p.addr6(9999)
 	secret := "spoofed-" + randomHex(t, 6)
 	mark := p.mark(t)

