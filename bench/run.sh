@@ -26,6 +26,8 @@
 #       "@/path/to/botbox" runs another binary, e.g. a baseline build; the
 #       element "policy=v2" runs issue 11's 20-rule policy with 5 routes on
 #       the hit rule: BOTBOX_VARIANTS="policyv2=policy=v2"; the element
+#       "guard=off" runs with address_guard disabled, beside the default
+#       (guard on): BOTBOX_VARIANTS="guardoff=guard=off"; the element
 #       "placeholders=on" turns placeholders and the tripwire on:
 #       BOTBOX_VARIANTS="ph=placeholders=on")
 #   PROFILE=DIR   BotBox runs as bench/profile (the same server code with

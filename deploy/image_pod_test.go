@@ -52,6 +52,7 @@ egress_policy:
   rules:
     - host: ` + podHostAllowed + `
       action: allow
+      allow_private_addresses: true
       header_rewrites:
         - name: Authorization
           value: "Bearer {value}"

@@ -270,7 +270,7 @@ func (r *runner) setup() error {
 }
 
 func (r *runner) startBotbox(name, env string, port, metrics, icpt int, sni bool) error {
-	cfg := fmt.Sprintf(`listen_addr: 127.0.0.1
+	cfg := fmt.Sprintf(guardOn+`listen_addr: 127.0.0.1
 listen_port: %d
 metrics_port: %d
 secrets_dir: %s
@@ -313,6 +313,7 @@ egress_policy:
 	if env != "" {
 		envs = strings.Split(env, ",")
 	}
+	cfg, envs = applyGuardEnv(cfg, envs)
 	if i := slices.Index(envs, policyV2Env); i >= 0 {
 		// Not an environment variable: this variant runs the 20-rule
 		// policy (issue 11's budget cell), inserted before the
@@ -360,6 +361,27 @@ egress_policy:
 		return waitPort(icpt, 10*time.Second)
 	}
 	return nil
+}
+
+// guardOn opens the loopback origin to the address guard, which is on by
+// default and refuses loopback: every BotBox of the benchmark runs with the
+// guard on (the IP rule 127.0.0.1 opts in too), except a guardOffEnv
+// variant.
+const guardOn = "address_guard:\n  allowed_cidrs: [\"127.0.0.0/8\", \"::1\"]\n"
+
+// guardOffEnv, as an element of a BOTBOX_VARIANTS environment list
+// ("guardoff=guard=off"), runs that variant with address_guard disabled:
+// the side-by-side cell showing what the guard costs.
+const guardOffEnv = "guard=off"
+
+// applyGuardEnv removes guardOffEnv from envs and, when it was there,
+// turns cfg's address guard off.
+func applyGuardEnv(cfg string, envs []string) (string, []string) {
+	i := slices.Index(envs, guardOffEnv)
+	if i < 0 {
+		return cfg, envs
+	}
+	return strings.Replace(cfg, guardOn, "address_guard:\n  enabled: false\n", 1), slices.Delete(envs, i, i+1)
 }
 
 // placeholdersEnv, as an element of a BOTBOX_VARIANTS environment list

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -206,6 +207,35 @@ egress_policy:
 		d := p.Decide(policy.Target{Host: hp, Method: tc.method, Path: tc.path})
 		if d.Allowed() != tc.allowed || d.Rule == nil || len(d.Rule.HeaderRewrites) != 1 {
 			t.Errorf("%s %s: %+v, want allowed=%v by the hit rule with its rewrite", tc.method, tc.path, d, tc.allowed)
+		}
+	}
+}
+
+// TestGuardOffVariant: the benchmark's BotBox runs with the address guard
+// on and the loopback origin opened; the guard=off element turns it off and
+// is not passed on as an environment variable.
+func TestGuardOffVariant(t *testing.T) {
+	t.Parallel()
+	base := guardOn + "secrets_dir: /s\negress_policy:\n  rules: []\n"
+	for _, tt := range []struct {
+		envs     []string
+		disabled bool
+		rest     []string
+	}{
+		{nil, false, nil},
+		{[]string{"GOGC=400"}, false, []string{"GOGC=400"}},
+		{[]string{"GOGC=400", guardOffEnv}, true, []string{"GOGC=400"}},
+	} {
+		y, envs := applyGuardEnv(base, tt.envs)
+		cfg, err := config.Parse([]byte(y))
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tt.envs, err, y)
+		}
+		if cfg.AddressGuard.Disabled != tt.disabled || !slices.Equal(envs, tt.rest) {
+			t.Errorf("%v: disabled %v, envs %v; want %v, %v", tt.envs, cfg.AddressGuard.Disabled, envs, tt.disabled, tt.rest)
+		}
+		if !tt.disabled && len(cfg.AddressGuard.AllowedCIDRs) != 2 {
+			t.Errorf("%v: allowed_cidrs %v, want the loopback ranges", tt.envs, cfg.AddressGuard.AllowedCIDRs)
 		}
 	}
 }

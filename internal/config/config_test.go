@@ -192,6 +192,8 @@ func TestDefaults(t *testing.T) {
 
 		UpstreamMaxConnsPerHost: 512,
 		UpstreamMaxIdleConns:    1024,
+		// The address guard is on by default (issue 12 §2).
+		AddressGuard: AddressGuard{AllowedCIDRs: []netip.Prefix{}},
 	}
 	if d := cmp.Diff(want, c, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)

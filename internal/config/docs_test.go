@@ -85,6 +85,7 @@ func TestDocsListEveryKey(t *testing.T) {
 	for _, typ := range []reflect.Type{
 		reflect.TypeFor[wireConfig](), reflect.TypeFor[wirePolicy](), reflect.TypeFor[wireRule](),
 		reflect.TypeFor[wireRewrite](), reflect.TypeFor[wireInterception](), reflect.TypeFor[wireRoute](),
+		reflect.TypeFor[wireAddressGuard](),
 		reflect.TypeFor[wirePlaceholders](), reflect.TypeFor[wireDNSGuard](),
 	} {
 		for f := range typ.Fields() {

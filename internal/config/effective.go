@@ -41,8 +41,14 @@ type effConfig struct {
 
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
+	AddressGuard      effAddressGuard `yaml:"address_guard"`
 	Placeholders      effPlaceholders `yaml:"placeholders"`
 	DNSGuard          effDNSGuard     `yaml:"dns_guard"`
+}
+
+type effAddressGuard struct {
+	Enabled      bool     `yaml:"enabled"`
+	AllowedCIDRs []string `yaml:"allowed_cidrs,flow"`
 }
 
 type effPlaceholders struct {
@@ -75,6 +81,7 @@ type effRule struct {
 	MaxRequestBodyBytes     int64         `yaml:"max_request_body_bytes,omitempty"`
 	RateLimit               *effRateLimit `yaml:"rate_limit,omitempty,flow"`
 	ScrubResponses          *bool         `yaml:"scrub_responses,omitempty"`
+	AllowPrivateAddresses   bool          `yaml:"allow_private_addresses,omitempty"`
 }
 
 // effRoute is a route; omitted methods or paths mean any.
@@ -118,8 +125,8 @@ const listenAddrComment = "listen_addr not set: 127.0.0.1, and also ::1 when the
 // and hosts in canonical form, for `botbox check`. Parsing the output gives
 // back an equivalent Config. An omitted listen_addr stays omitted (with a
 // comment), because an explicit one changes the IPv6 behaviour; an omitted
-// allowed_ports is shown as [443]; the https_interception and placeholders
-// blocks are always shown.
+// allowed_ports is shown as [443]; the https_interception, address_guard
+// and placeholders blocks are always shown.
 func (c *Config) Effective() ([]byte, error) {
 	e := effConfig{
 		ListenPort:        c.ListenPort,
@@ -166,6 +173,7 @@ func (c *Config) Effective() ([]byte, error) {
 			er.Routes = append(er.Routes, effRoute(rt))
 		}
 		er.MaxRequestBodyBytes = r.MaxRequestBodyBytes
+		er.AllowPrivateAddresses = r.AllowPrivateAddresses
 		if rl := r.RateLimit; rl != nil {
 			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
 		}
@@ -190,6 +198,10 @@ func (c *Config) Effective() ([]byte, error) {
 	}
 	if in.ListenAddrExplicit {
 		e.HTTPSInterception.ListenAddr = in.ListenAddr.String()
+	}
+	e.AddressGuard = effAddressGuard{Enabled: !c.AddressGuard.Disabled, AllowedCIDRs: []string{}}
+	for _, p := range c.AddressGuard.AllowedCIDRs {
+		e.AddressGuard.AllowedCIDRs = append(e.AddressGuard.AllowedCIDRs, p.String())
 	}
 	e.Placeholders = effPlaceholders(c.Placeholders)
 	e.DNSGuard = effDNSGuard{Enabled: c.DNSGuard.Enabled, ListenPort: c.DNSGuard.ListenPort,

@@ -134,7 +134,7 @@ func checkRoundTrip(t *testing.T, c *Config, eff []byte) {
 	if err != nil {
 		t.Fatalf("Parse(Effective()) error = %v\n%s", err, eff)
 	}
-	if d := cmp.Diff(comparable(c), comparable(c2), cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{})); d != "" {
+	if d := cmp.Diff(comparable(c), comparable(c2), cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{}, netip.Prefix{})); d != "" {
 		t.Errorf("Parse(Effective()) differs (-orig +reparsed):\n%s", d)
 	}
 	eff2, err := c2.Effective()

@@ -69,8 +69,24 @@ type Config struct {
 	// UpstreamMaxIdleConns bounds the idle pooled upstream connections across
 	// every origin (default 1024, at least 1).
 	UpstreamMaxIdleConns int
+	// AddressGuard is the address_guard block (SPEC §5.3): which upstream
+	// addresses BotBox refuses to dial (package addrguard).
+	AddressGuard AddressGuard
 	// Warnings are non-fatal findings (e.g. default_action allow).
 	Warnings []Warning
+}
+
+// AddressGuard is the address_guard section.
+type AddressGuard struct {
+	// Disabled is address_guard.enabled: false. The guard is on by default
+	// (a documented difference from the reference), and so in a zero
+	// Config: BotBox refuses to dial loopback, link-local and metadata,
+	// private, CGNAT, ULA and the other special ranges of package addrguard
+	// unless an opt-in opens them.
+	Disabled bool
+	// AllowedCIDRs are ranges never refused (masked, no IPv4-mapped
+	// prefixes; a bare IP is a /32 or /128). Empty, never nil, after Parse.
+	AllowedCIDRs []netip.Prefix
 }
 
 // Warning is a non-fatal configuration finding, logged at start-up.
@@ -138,6 +154,10 @@ type Rule struct {
 	// true unless the rule says scrub_responses: false. Always false for a
 	// deny rule.
 	ScrubResponses bool
+	// AllowPrivateAddresses (allow rules only) lets the address guard dial
+	// private, CGNAT, ULA and site-local addresses for requests this rule
+	// allows; never loopback, link-local or metadata addresses.
+	AllowPrivateAddresses bool
 }
 
 // Route is one routes entry of an allow rule.

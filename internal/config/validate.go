@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/botbox/botbox/internal/addrguard"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/reqpath"
 	"github.com/botbox/botbox/internal/secretref"
@@ -214,6 +215,7 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 
 	cfg.Policy = c.policy(w.EgressPolicy)
 	cfg.Interception = c.interception(w.HTTPSInterception, cfg)
+	cfg.AddressGuard = c.addressGuard(w.AddressGuard)
 	cfg.Placeholders = c.placeholders(w.Placeholders, cfg)
 	cfg.DNSGuard = c.dnsGuard(w.DNSGuard, cfg)
 	cfg.Warnings = c.warnings
@@ -381,6 +383,12 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 		c.errorf(path+".scrub_responses", "scrub_responses applies only to an allow rule (this rule denies every request)")
 	case r.Action == ActionAllow:
 		r.ScrubResponses = w.ScrubResponses == nil || *w.ScrubResponses
+	}
+	if w.AllowPrivateAddresses != nil {
+		r.AllowPrivateAddresses = *w.AllowPrivateAddresses
+		if r.AllowPrivateAddresses && r.Action == ActionDeny {
+			c.errorf(path+".allow_private_addresses", "applies only to an allow rule (this rule denies every request)")
+		}
 	}
 	return r, hostOK
 }
@@ -893,6 +901,46 @@ func (c *checker) dnsGuard(w *wireDNSGuard, cfg *Config) DNSGuard {
 	return g
 }
 
+// Warnings of the address_guard block.
+const (
+	warnAddressGuardOff = "address_guard is disabled: BotBox may connect to loopback, link-local (cloud metadata) and private addresses an allowed name resolves to, or that default_action: allow lets through (SSRF)"
+	warnMetadataAllowed = "this range contains a cloud metadata address (%s): requests may reach the metadata service and its credentials"
+)
+
+// addressGuard validates address_guard (absent: enabled, nothing allowed).
+func (c *checker) addressGuard(w *wireAddressGuard) AddressGuard {
+	const base = "address_guard"
+	g := AddressGuard{AllowedCIDRs: []netip.Prefix{}}
+	if w == nil {
+		return g
+	}
+	g.Disabled = !boolean(w.Enabled, true)
+	if g.Disabled {
+		c.warn(base+".enabled", warnAddressGuardOff)
+	}
+	seen := map[netip.Prefix]int{}
+	for i, s := range w.AllowedCIDRs {
+		path := fmt.Sprintf("%s.allowed_cidrs[%d]", base, i)
+		p, err := allowedCIDR(s)
+		if err != nil {
+			c.errorf(path, "%v", err)
+			continue
+		}
+		if j, dup := seen[p]; dup {
+			c.errorf(path, "duplicate range %s (also allowed_cidrs[%d])", p, j)
+			continue
+		}
+		seen[p] = i
+		for _, m := range addrguard.MetadataAddrs() {
+			if p.Contains(m) {
+				c.warn(path, fmt.Sprintf(warnMetadataAllowed, m))
+			}
+		}
+		g.AllowedCIDRs = append(g.AllowedCIDRs, p)
+	}
+	return g
+}
+
 // ParseResolver parses a dns_guard.upstream entry (errors quote the entry
 // with %q: it may hold any bytes, FuzzParseResolver): an IP address with an
 // optional port ("10.96.0.10", "10.96.0.10:53", "fd00::a", "[fd00::a]:53");
@@ -919,4 +967,25 @@ func ParseResolver(raw string) (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("%q has port 0", clip(raw))
 	}
 	return ap, nil
+}
+
+// allowedCIDR parses one allowed_cidrs entry: a CIDR in canonical form
+// (hostport.ParseCIDR: no host bits, no zone, no IPv4-mapped prefix) or a
+// bare IP address, which is its /32 or /128.
+func allowedCIDR(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		switch {
+		case err != nil || a.Zone() != "":
+			return netip.Prefix{}, fmt.Errorf("'%s' is neither a CIDR (e.g. 10.0.0.0/8) nor an IP address without zone", clip(s))
+		case a.Is4In6():
+			return netip.Prefix{}, fmt.Errorf("'%s' is an IPv4-mapped IPv6 address; write the IPv4 address instead", clip(s))
+		}
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, _, err := hostport.ParseCIDR(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return p, nil
 }

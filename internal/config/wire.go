@@ -40,8 +40,15 @@ type wireConfig struct {
 
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`
+	AddressGuard      *wireAddressGuard `yaml:"address_guard"`
 	Placeholders      *wirePlaceholders `yaml:"placeholders"`
 	DNSGuard          *wireDNSGuard     `yaml:"dns_guard"`
+}
+
+// wireAddressGuard is address_guard.
+type wireAddressGuard struct {
+	Enabled      *bool    `yaml:"enabled"`
+	AllowedCIDRs []string `yaml:"allowed_cidrs"`
 }
 
 // wirePlaceholders is placeholders.
@@ -70,6 +77,7 @@ type wireRule struct {
 	MaxRequestBodyBytes     *int64         `yaml:"max_request_body_bytes"`
 	RateLimit               *wireRateLimit `yaml:"rate_limit"`
 	ScrubResponses          *bool          `yaml:"scrub_responses"`
+	AllowPrivateAddresses   *bool          `yaml:"allow_private_addresses"`
 }
 
 // wireRoute is one routes entry of a rule.

@@ -11,7 +11,9 @@
 // everything first and swaps only on success, so a bad configuration leaves
 // the previous generation in force (keep-last-good).
 //
-// What a generation carries is exactly what can change at reload. Listener
+// What a generation carries is exactly what can change at reload, the
+// address guard included (its allowed_cidrs and each rule's exceptions,
+// AddrOpts). Listener
 // addresses, the interception CA, deny_handshake_on_disallowed_sni (read by
 // mitm at start-up), timeouts and connection limits are not in it: changing
 // them needs a restart; a rule's response_header_timeout_ms and its limits
@@ -41,10 +43,12 @@ package generation
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/botbox/botbox/internal/addrguard"
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/rewrite"
@@ -64,6 +68,11 @@ type Generation struct {
 	// would refuse is forwarded without header rewrites and logged as
 	// report_deny (package proxy).
 	Report bool
+	// AddrGuard is the address guard of this generation (address_guard:
+	// allowed_cidrs), never nil. It judges only when AddrGuardOff is false.
+	AddrGuard *addrguard.Guard
+	// AddrGuardOff is address_guard.enabled: false: no address is refused.
+	AddrGuardOff bool
 	// rewrites holds, by rule index, the rule's compiled header rewrites
 	// and removals; nil for a rule without any.
 	rewrites []*rewrite.Set
@@ -73,6 +82,22 @@ type Generation struct {
 	// limits holds, by rule index, the rule's limits; nil for a rule
 	// without any.
 	limits []*Limits
+	// addrOpts holds, by rule index, the address guard exceptions the rule
+	// grants (see AddrOpts).
+	addrOpts []addrguard.Opts
+}
+
+// AddrOpts returns the address guard exceptions of the rule that allowed
+// d: its allow_private_addresses, and for a rule whose host is an IP
+// literal or a CIDR, that address or prefix (naming an address is the
+// opt-in). The zero Opts (no exception) when d is not an Allow by a rule of
+// this generation: a DefaultAllow, a Deny, or a decision from another
+// generation's policy.
+func (g *Generation) AddrOpts(d policy.Decision) addrguard.Opts {
+	if !g.ruleAllowed(d) {
+		return addrguard.Opts{}
+	}
+	return g.addrOpts[d.Rule.Index]
 }
 
 // Interception is the part of https_interception that a reload may change.
@@ -133,6 +158,9 @@ func compile(cfg *config.Config, prev *Generation) (*Generation, error) {
 		Policy:         pol,
 		Interception:   Interception{EnforceSNIHostMatch: cfg.Interception.EnforceSNIHostMatch},
 		Report:         cfg.Policy.Mode == config.ModeReport,
+		AddrGuard:      addrguard.New(cfg.AddressGuard.AllowedCIDRs),
+		AddrGuardOff:   cfg.AddressGuard.Disabled,
+		addrOpts:       make([]addrguard.Opts, len(cfg.Policy.Rules)),
 		rewrites:       make([]*rewrite.Set, len(cfg.Policy.Rules)),
 		headerTimeouts: make([]time.Duration, len(cfg.Policy.Rules)),
 	}
@@ -143,6 +171,7 @@ func compile(cfg *config.Config, prev *Generation) (*Generation, error) {
 			return nil, fmt.Errorf("egress_policy.rules[%d] (%s): %w", i, r.Host, err)
 		}
 		g.rewrites[i] = s
+		g.addrOpts[i] = ruleAddrOpts(r)
 	}
 	g.limits = compileLimits(cfg, prev)
 	return g, nil
@@ -188,4 +217,31 @@ func (c *Current) Store(cfg *config.Config) (*Generation, error) {
 	g.Seq = c.p.Load().Seq + 1
 	c.p.Store(g)
 	return g, nil
+}
+
+// NameAddrOpts returns the address guard exceptions that apply to the
+// DNS answers for name: those of the allow rule naming it, whatever the
+// port (policy.RuleForName); none for a deny rule, no rule, or a rule of
+// another generation.
+func (g *Generation) NameAddrOpts(name string) addrguard.Opts {
+	r := g.Policy.RuleForName(name)
+	if r == nil || r.Action != config.ActionAllow || r.Index < 0 || r.Index >= len(g.addrOpts) {
+		return addrguard.Opts{}
+	}
+	return g.addrOpts[r.Index]
+}
+
+// ruleAddrOpts is the address guard exceptions of allow rule r (none for a
+// deny rule).
+func ruleAddrOpts(r config.Rule) addrguard.Opts {
+	if r.Action != config.ActionAllow {
+		return addrguard.Opts{}
+	}
+	o := addrguard.Opts{AllowPrivate: r.AllowPrivateAddresses}
+	if p, err := netip.ParsePrefix(r.Host); err == nil {
+		o.Rule = p.Masked()
+	} else if a, err := netip.ParseAddr(r.Host); err == nil {
+		o.Rule = netip.PrefixFrom(a, a.BitLen())
+	}
+	return o
 }

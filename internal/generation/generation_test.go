@@ -2,12 +2,14 @@ package generation
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/botbox/botbox/internal/addrguard"
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
@@ -244,5 +246,86 @@ func TestRemovalsAndResponseHeaderTimeout(t *testing.T) {
 	}}}
 	if _, err := Compile(bad); err == nil || !strings.Contains(err.Error(), "egress_policy.rules[0] (a.example): remove_headers[0]") {
 		t.Errorf("Compile(remove_headers: [Connection]) error = %v", err)
+	}
+}
+
+// TestAddrOpts: the address guard exceptions follow the rule that allowed
+// the request (allow_private_addresses; an IP or CIDR host names its
+// address), none for a deny rule, a default allow or another generation's
+// decision; AddrGuard and AddrGuardOff follow address_guard, and a reload
+// replaces them.
+func TestAddrOpts(t *testing.T) {
+	cfg := &config.Config{
+		Policy: config.Policy{DefaultAction: config.ActionAllow, Rules: []config.Rule{
+			{Host: "svc.example", Index: 0, Action: config.ActionAllow, AllowPrivateAddresses: true},
+			{Host: "plain.example", Index: 1, Action: config.ActionAllow},
+			{Host: "10.1.2.3", Index: 2, Action: config.ActionAllow},
+			{Host: "fd00:1::/64", Index: 3, Action: config.ActionAllow, AllowedPorts: []uint16{443}},
+			{Host: "10.9.0.0/16", Index: 4, Action: config.ActionDeny},
+		}},
+		AddressGuard: config.AddressGuard{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+	}
+	cur, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := cur.Load()
+	tests := []struct {
+		authority string
+		want      addrguard.Opts
+	}{
+		{"svc.example", addrguard.Opts{AllowPrivate: true}},
+		{"plain.example", addrguard.Opts{}},
+		{"10.1.2.3", addrguard.Opts{Rule: netip.MustParsePrefix("10.1.2.3/32")}},
+		{"[fd00:1::5]", addrguard.Opts{Rule: netip.MustParsePrefix("fd00:1::/64")}},
+		{"10.9.1.1", addrguard.Opts{}},         // deny rule
+		{"other.example", addrguard.Opts{}},    // default allow
+		{"svc.example:8443", addrguard.Opts{}}, // denied port
+	}
+	for _, tt := range tests {
+		if got := g.AddrOpts(decide(t, g, tt.authority)); got != tt.want {
+			t.Errorf("AddrOpts(%s) = %+v, want %+v", tt.authority, got, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		want addrguard.Opts
+	}{
+		{"svc.example", addrguard.Opts{AllowPrivate: true}}, // any port: the DNS guard's question
+		{"SVC.example.", addrguard.Opts{AllowPrivate: true}},
+		{"plain.example", addrguard.Opts{}},
+		{"10.1.2.3", addrguard.Opts{Rule: netip.MustParsePrefix("10.1.2.3/32")}},
+		{"10.9.1.1", addrguard.Opts{}}, // deny rule
+		{"other.example", addrguard.Opts{}},
+		{"bad..name", addrguard.Opts{}},
+	} {
+		if got := g.NameAddrOpts(tt.name); got != tt.want {
+			t.Errorf("NameAddrOpts(%s) = %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+	if g.AddrGuardOff {
+		t.Error("AddrGuardOff in a config that did not disable the guard")
+	}
+	if _, refused := g.AddrGuard.Refused(netip.MustParseAddr("127.0.0.1"), addrguard.Opts{}); refused {
+		t.Error("AddrGuard refuses an allowed_cidrs address")
+	}
+
+	off := *cfg
+	off.AddressGuard = config.AddressGuard{Disabled: true}
+	off.Policy.Rules = cfg.Policy.Rules[1:2]
+	next, err := cur.Store(&off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !next.AddrGuardOff {
+		t.Error("reload to enabled: false: AddrGuardOff = false")
+	}
+	if _, refused := next.AddrGuard.Refused(netip.MustParseAddr("127.0.0.1"), addrguard.Opts{}); !refused {
+		t.Error("the reloaded guard kept the old allowed_cidrs")
+	}
+	// A decision of the first generation (rule index 3) is out of range in
+	// the second (one rule).
+	if got := next.AddrOpts(decide(t, g, "[fd00:1::5]")); got != (addrguard.Opts{}) {
+		t.Errorf("AddrOpts of another generation's decision = %+v, want none", got)
 	}
 }

@@ -71,14 +71,15 @@ var allowedInternal = map[string][]string{
 	"telemetry":   {},
 	"buildinfo":   {},
 	"admin":       {},
-	"config":      {"echo", "hostport", "reqpath", "secretref"},
-	"secrets":     {"secretref", "volwatch"}, // secretref.Valid: the one secret_ref name rule
+	"addrguard":   {},
+	"config":      {"addrguard", "echo", "hostport", "reqpath", "secretref"}, // addrguard: the metadata-range warning
+	"secrets":     {"secretref", "volwatch"},                                 // secretref.Valid: the one secret_ref name rule
 	"volwatch":    {},
-	"generation":  {"config", "policy", "rewrite"},
+	"generation":  {"addrguard", "config", "policy", "rewrite"},
 	"policy":      {"config", "hostport", "reqpath"},
 	"rewrite":     {"config", "echo", "secrets"},         // secrets only for the Value type
 	"placeholder": {"secretref", "secrets", "telemetry"}, // secrets only for the Value type; telemetry for log keys
-	"upstream":    {},
+	"upstream":    {"addrguard"},
 	"scrub":       {}, // a leaf: patterns and masking, no HTTP, no logging
 	"mitm":        {"echo", "hostport"},
 	"netfilter":   {},

@@ -53,6 +53,39 @@ func TestAllowsNameAndHost(t *testing.T) {
 	}
 }
 
+// TestRuleForName: the rule naming a name whatever the port, in any
+// spelling; nil without one, for an unparsable name and a nil policy.
+func TestRuleForName(t *testing.T) {
+	p := newPolicy(t, config.ActionAllow,
+		allowRule("alt.example", 8443),
+		denyRule("blocked.example"),
+		allowRule("*.wild.example"),
+	)
+	var nilPolicy *Policy
+	for _, tt := range []struct {
+		p    *Policy
+		name string
+		want string // the rule's host, "" = nil
+	}{
+		{p, "alt.example", "alt.example"}, // allowed on 8443 only: still its rule
+		{p, "ALT.example.", "alt.example"},
+		{p, "blocked.example", "blocked.example"},
+		{p, "a.wild.example", "*.wild.example"},
+		{p, "wild.example", ""},
+		{p, "other.example", ""},
+		{p, "bad host", ""},
+		{nilPolicy, "alt.example", ""},
+	} {
+		got := ""
+		if r := tt.p.RuleForName(tt.name); r != nil {
+			got = r.Host
+		}
+		if got != tt.want {
+			t.Errorf("RuleForName(%q) = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
 // FuzzAllowsName checks AllowsName and AllowsHost against Decide: a name is
 // allowed iff Decide allows its canonical form on some port (443 or a port
 // some rule lists; no other port can be allowed), and AllowsHost iff

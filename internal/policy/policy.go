@@ -60,8 +60,9 @@
 //
 // Two port-agnostic questions sit beside Decide: AllowsHost (port 443, the
 // TLS interception authorizer's question about an SNI name) and AllowsName
-// (any port, the DNS guard's question). Both canonicalise their argument, so
-// callers never hand-build a Target.
+// (any port, the DNS guard's question), and RuleForName tells which rule
+// (any port) names a host, for its address guard exceptions. They
+// canonicalise their argument, so callers never hand-build a Target.
 //
 // The package does not parse Host headers (package hostport does), apply
 // header rewrites (package rewrite does, for Decision.Rule), or log.
@@ -520,4 +521,19 @@ func (p *Policy) NameRule(name string) (r *Rule, allowed bool) {
 		return r, r.Action == config.ActionAllow
 	}
 	return nil, p.defaultAllow
+}
+
+// RuleForName returns the rule that names name (exact, wildcard or CIDR,
+// as Decide matches, whatever the port), nil when none does, when name
+// does not parse, or for a nil *Policy. It answers which rule's address
+// guard exceptions apply to the DNS answers for name.
+func (p *Policy) RuleForName(name string) *Rule {
+	if p == nil {
+		return nil
+	}
+	canon, err := hostport.ParseHost(name)
+	if err != nil {
+		return nil
+	}
+	return p.match(canon)
 }

@@ -28,7 +28,7 @@ const (
 	bodyMissingHostHdr  = "missing Host header"
 	bodyInterceptPort   = "HTTPS interception listener only accepts port 443 traffic"
 	bodySNIHostMismatch = "SNI/Host header mismatch"
-	bodyAddrDenied      = "upstream address not allowed"
+	bodyAddrDenied      = "destination address not allowed"
 	bodyRouteDenied     = "route not allowed"
 	bodyAmbiguousPath   = "ambiguous request path"
 	bodyBodyTooLarge    = "request body too large"
@@ -59,7 +59,7 @@ const (
 	reasonRewriteFailed   = "rewrite_failed"
 	reasonUpstreamTimeout = "upstream_timeout"
 	reasonUpstreamError   = "upstream_error"
-	reasonAddrDenied      = "upstream_addr_denied"
+	reasonAddrDenied      = telemetry.ReasonAddressGuard
 	reasonBodyTooLarge    = "body_too_large"
 	reasonRateLimited     = "rate_limited"
 )
@@ -113,8 +113,9 @@ func classify(ctx context.Context, err error) failure {
 		return failure{status: 0, reason: telemetry.AbortClientClosed}
 	}
 	if _, ok := errors.AsType[*upstream.AddrDeniedError](err); ok {
-		// The dial guard refused every address the host resolved to: the
-		// policy allowed the name, not the address it leads to.
+		// The address guard refused every address the host resolved to (or
+		// the literal it names): the policy allowed the name, not the
+		// address it leads to. Nothing was sent to that address.
 		return failure{status: http.StatusForbidden, body: bodyAddrDenied, upstreamLabel: telemetry.UpstreamAddrDenied, reason: reasonAddrDenied}
 	}
 	if upstream.IsTimeout(err) {

@@ -283,7 +283,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		return
 	}
 	if !d.Allowed() && g.Report {
-		h.forwardReport(r, x, hp, string(d.Reason))
+		h.forwardReport(r, x, hp, string(d.Reason), dialPolicy(g, d, hp.Host))
 		return
 	}
 	if !d.Allowed() {
@@ -331,8 +331,9 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	// HTTP/2, on the goroutine that calls RoundTrip (this one).
 	x.trace.GotConn = x.gotConn
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
-	// The dial guard of package upstream sees which host this dial is for.
-	ctx = upstream.WithDialPolicy(ctx, upstream.DialPolicy{Host: hp.Host})
+	// The address guard judges this request's dials with its generation's
+	// guard and its rule's exceptions.
+	ctx = upstream.WithDialPolicy(ctx, dialPolicy(g, d, hp.Host))
 	if t := g.ResponseHeaderTimeout(d); t > 0 { // the rule's response_header_timeout_ms
 		ctx = upstream.WithResponseHeaderTimeout(ctx, t)
 	}
@@ -488,4 +489,12 @@ func (h *Handler) abort(x *exchange, reason string, err error) {
 	x.reason = reason
 	x.errText = err.Error()
 	h.metrics.Aborted.WithLabelValues(x.hostLabel, reason).Inc()
+}
+
+// dialPolicy is what the address guard needs to judge the dials of a
+// request decided d under generation g for host: the generation's guard
+// (or none when address_guard is disabled) and the exceptions of the rule
+// that allowed it (none for a default allow or a denial).
+func dialPolicy(g *generation.Generation, d policy.Decision, host string) upstream.DialPolicy {
+	return upstream.DialPolicy{Host: host, Guard: g.AddrGuard, Opts: g.AddrOpts(d), Unguarded: g.AddrGuardOff}
 }

@@ -40,7 +40,7 @@ func (h *Handler) admitLimits(r *http.Request, x *exchange, hp hostport.HostPort
 	if l.Rate != nil {
 		if ok, wait := l.Rate.Take(h.now()); !ok {
 			if g.Report {
-				h.forwardReport(r, x, hp, reasonRateLimited)
+				h.forwardReport(r, x, hp, reasonRateLimited, dialPolicy(g, d, hp.Host))
 				return false
 			}
 			x.hostLabel = d.Rule.Host
@@ -53,7 +53,7 @@ func (h *Handler) admitLimits(r *http.Request, x *exchange, hp hostport.HostPort
 	if l.MaxBodyBytes > 0 {
 		if r.ContentLength > l.MaxBodyBytes {
 			if g.Report {
-				h.forwardReport(r, x, hp, reasonBodyTooLarge)
+				h.forwardReport(r, x, hp, reasonBodyTooLarge, dialPolicy(g, d, hp.Host))
 				return false
 			}
 			x.hostLabel = d.Rule.Host
@@ -108,7 +108,11 @@ func (h *Handler) limitFailure(x *exchange, f failure) {
 // (no credential goes where the policy does not allow it), under the host
 // label HostReport, and logged as report_deny with that reason. Requests
 // refused before the policy (malformed, CONNECT, ...) never get here.
-func (h *Handler) forwardReport(r *http.Request, x *exchange, hp hostport.HostPort, reason string) {
+//
+// The address guard still applies, with dp (the rule's exceptions when a
+// rule allowed the host): report mode never reports an address refusal
+// instead of enforcing it.
+func (h *Handler) forwardReport(r *http.Request, x *exchange, hp hostport.HostPort, reason string, dp upstream.DialPolicy) {
 	if !h.admitUpgrade(r, x) {
 		x.hostLabel = telemetry.HostDenied
 		h.reject(x, http.StatusBadRequest, bodyUpgrade, telemetry.DecisionDeniedUpgrade, reasonUpgrade)
@@ -125,6 +129,6 @@ func (h *Handler) forwardReport(r *http.Request, x *exchange, hp hostport.HostPo
 	x.authority = hp.Authority(443)
 	x.trace.GotConn = x.gotConn
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
-	ctx = upstream.WithDialPolicy(ctx, upstream.DialPolicy{Host: hp.Host})
+	ctx = upstream.WithDialPolicy(ctx, dp)
 	h.rp.ServeHTTP(&x.cw, r.WithContext(ctx))
 }

@@ -101,6 +101,10 @@ type envOpts struct {
 	guard          upstream.Guard    // the transport's dial guard (default none)
 	connectTLS     bool              // serve CONNECT with leaves from the test CA (connect_test.go)
 	placeholders   PlaceholderSource // Options.Placeholders (tripwire_test.go)
+	// peer, when valid, is the remote address the upstream connections
+	// report (the dial still goes to the origin): the address guard judges
+	// it (addrguard_test.go).
+	peer netip.AddrPort
 }
 
 func newEnv(t *testing.T, o envOpts) *testEnv {
@@ -160,7 +164,11 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 		Guard:                 o.guard,
 		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, network, *e.dialAddr.Load())
+			c, err := d.DialContext(ctx, network, *e.dialAddr.Load())
+			if err == nil && o.peer.IsValid() {
+				c = peerConn{Conn: c, peer: net.TCPAddrFromAddrPort(o.peer)}
+			}
+			return c, err
 		},
 	})
 	if err != nil {
@@ -406,7 +414,7 @@ func TestUpstreamUnreachableReturns502(t *testing.T) {
 }
 
 // TestDialGuardRefusalReturns403: an address the dial guard refuses ends
-// the request with 403 and reason upstream_addr_denied, nothing reaches the
+// the request with 403 and reason address_guard, nothing reaches the
 // origin, and the guard is told which host the dial is for.
 func TestDialGuardRefusalReturns403(t *testing.T) {
 	var sawHost atomic.Pointer[string]

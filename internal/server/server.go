@@ -221,6 +221,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		MaxConnsPerHost:       cfg.UpstreamMaxConnsPerHost,
 		MaxIdleConns:          cfg.UpstreamMaxIdleConns,
 		Dial:                  opts.Dial,
+		// The address guard: each request's DialPolicy (its generation's
+		// address_guard and its rule's exceptions) judges every address
+		// dialled, an injected Dial's included.
+		Guard: upstream.CheckAddress,
 	})
 	if err != nil {
 		return nil, err

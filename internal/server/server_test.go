@@ -71,7 +71,15 @@ type harnessOpts struct {
 	// origin, when set, replaces the origin's handler (set before the
 	// origin starts, so that no request races the change).
 	origin http.Handler
+	// strictGuard leaves address_guard at its defaults: the loopback
+	// origin is then refused. Otherwise the harness opts in
+	// (loopbackOptIn).
+	strictGuard bool
 }
+
+// loopbackOptIn opens the harness's loopback origin to the address guard,
+// which is on by default and refuses loopback.
+const loopbackOptIn = "address_guard:\n  allowed_cidrs: [127.0.0.0/8, \"::1\"]\n"
 
 // defaultRules is the harness's policy unless harnessOpts.rules is set.
 const defaultRules = `    - host: api.example.test
@@ -190,6 +198,9 @@ egress_policy:
 	if o.interception != "" {
 		certPath, keyPath := h.botboxCA.WriteFiles(t, dir)
 		yaml += fmt.Sprintf("https_interception:\n  enabled: true\n  listen_port: 18443\n  ca_cert_path: %s\n  ca_key_path: %s\n%s", certPath, keyPath, o.interception)
+	}
+	if !o.strictGuard {
+		yaml = loopbackOptIn + yaml
 	}
 	h.yaml = yaml
 	cfg, err := config.Parse([]byte(yaml))

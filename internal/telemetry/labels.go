@@ -82,10 +82,16 @@ const (
 const (
 	UpstreamConnectionError = "connection_error"
 	UpstreamTimeout         = "timeout"
-	// UpstreamAddrDenied: the dial guard refused the address (package
-	// upstream's AddrDeniedError).
-	UpstreamAddrDenied = "addr_denied"
+	// UpstreamAddrDenied: the address guard refused the address (package
+	// upstream's AddrDeniedError); the same value as ReasonAddressGuard.
+	UpstreamAddrDenied = ReasonAddressGuard
 )
+
+// ReasonAddressGuard is the reason field of the decision line (and
+// X-Botbox-Reason) of a request whose upstream address the address guard
+// refused (403 destination address not allowed), and the status_code
+// label of botbox_upstream_errors_total for it.
+const ReasonAddressGuard = "address_guard"
 
 // Values of the reason label of botbox_requests_aborted_total: an allowed
 // request whose exchange broke after the decision. They are also the

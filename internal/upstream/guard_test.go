@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/botbox/botbox/internal/addrguard"
 	"github.com/botbox/botbox/internal/testutil/testpki"
 )
 
@@ -249,7 +250,7 @@ func testGuardSeesDialledAddress(t *testing.T, h2 bool) {
 				t.Fatal(err)
 			}
 			defer tr.CloseIdleConnections()
-			req, _ := http.NewRequestWithContext(WithDialPolicy(context.Background(), DialPolicy{Host: "origin.test", AllowPrivate: true}), http.MethodGet, tt.url, nil)
+			req, _ := http.NewRequestWithContext(WithDialPolicy(context.Background(), DialPolicy{Host: "origin.test", Opts: addrguard.Opts{AllowPrivate: true}}), http.MethodGet, tt.url, nil)
 			resp, err := tr.RoundTrip(req)
 			if err != nil {
 				t.Fatal(err)
@@ -258,7 +259,7 @@ func testGuardSeesDialledAddress(t *testing.T, h2 bool) {
 			if got := g.addrs(); len(got) != 1 || got[0] != originAddr {
 				t.Errorf("guard saw %v, want exactly the dialled %v", got, originAddr)
 			}
-			if len(g.policies) != 1 || g.policies[0] != (DialPolicy{Host: "origin.test", AllowPrivate: true}) {
+			if len(g.policies) != 1 || g.policies[0] != (DialPolicy{Host: "origin.test", Opts: addrguard.Opts{AllowPrivate: true}}) {
 				t.Errorf("guard saw policies %+v, want the request's", g.policies)
 			}
 		})
@@ -335,7 +336,7 @@ func TestDialPolicyFrom(t *testing.T) {
 	if p, ok := DialPolicyFrom(context.Background()); ok || p != (DialPolicy{}) {
 		t.Errorf("DialPolicyFrom(empty) = %+v, %v, want zero, false", p, ok)
 	}
-	want := DialPolicy{Host: "a.example", AllowPrivate: true}
+	want := DialPolicy{Host: "a.example", Opts: addrguard.Opts{AllowPrivate: true}}
 	if p, ok := DialPolicyFrom(WithDialPolicy(context.Background(), want)); !ok || p != want {
 		t.Errorf("DialPolicyFrom = %+v, %v, want %+v, true", p, ok, want)
 	}

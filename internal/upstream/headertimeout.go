@@ -13,7 +13,10 @@ import (
 // *http.Transport (TLS, pool, dial guard) whose response-header timeout is
 // chosen per request (see the package doc). It is safe for concurrent use.
 type Transport struct {
-	base *http.Transport
+	// base is the first connection pool; pools holds it and the others
+	// (pools.go).
+	base  *http.Transport
+	pools pools
 	// responseHeaderTimeout applies to requests without their own.
 	responseHeaderTimeout time.Duration
 }
@@ -51,9 +54,6 @@ func (e *ResponseHeaderTimeoutError) Temporary() bool { return false }
 // Unwrap returns context.DeadlineExceeded.
 func (e *ResponseHeaderTimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
-// CloseIdleConnections closes the idle pooled connections.
-func (t *Transport) CloseIdleConnections() { t.base.CloseIdleConnections() }
-
 // RoundTrip sends req with its response-header timeout: the request's own
 // (WithResponseHeaderTimeout) or the transport's default. See the package
 // doc for when the clock runs. The response body is the base transport's,
@@ -67,7 +67,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	w := &headerWait{d: d, cancel: cancel}
 	w.trace = httptrace.ClientTrace{WroteRequest: w.wroteRequest, GotFirstResponseByte: w.gotFirstByte}
-	resp, err := t.base.RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, &w.trace)))
+	dp, _ := DialPolicyFrom(parent)
+	resp, err := t.poolFor(dp).RoundTrip(req.WithContext(httptrace.WithClientTrace(ctx, &w.trace)))
 	if w.finish() {
 		// The timer fired: whatever the base returned, the request is being
 		// cancelled; report the timeout (not the context.Canceled it causes).

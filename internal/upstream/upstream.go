@@ -10,7 +10,10 @@
 // Upstream sockets are bounded per origin (Options.MaxConnsPerHost: dialling,
 // active and idle together; further requests wait) and idle ones across all
 // origins (Options.MaxIdleConns). TestMaxConnsPerHostBoundsSockets holds the
-// per-origin bound under a flood of concurrent requests.
+// per-origin bound under a flood of concurrent requests. The bounds hold
+// per connection pool: requests with different address guard exceptions
+// use different pools (see Dial guard), so an origin reached under k
+// distinct exceptions may hold k times the bound; in practice one or two.
 //
 // # Dial guard
 //
@@ -22,9 +25,17 @@
 // attempt included). A dialer injected through Options.Dial cannot skip it:
 // the connection it returns is checked (its RemoteAddr) before any byte is
 // written, and closed when refused. The request's exceptions travel in its
-// context (WithDialPolicy); the guard reads them with DialPolicyFrom. This
-// package holds the hook only: which addresses to refuse is the guard's
-// business.
+// context (WithDialPolicy); the guard reads them with DialPolicyFrom.
+// CheckAddress is the Guard that applies package addrguard with them.
+//
+// The check runs when a connection is made, on the address connect(2) is
+// given, after the one resolution of the name: nothing resolves the name
+// again between the check and the connect, so a DNS answer that changes
+// between two lookups (rebinding) cannot change what is dialled
+// (TestResolveOnceDial). A pooled connection is reused only by requests
+// whose DialPolicy would have admitted it the same way: Transport keeps
+// one pool per guard and exceptions (pools.go,
+// TestPooledConnNotReusedAcrossOptIns).
 //
 // # Response-header timeout
 //
@@ -67,6 +78,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/botbox/botbox/internal/addrguard"
 )
 
 // Defaults of the connection bounds (config keys upstream_max_conns_per_host
@@ -131,16 +144,23 @@ type Options struct {
 // an *AddrDeniedError.
 type Guard func(ctx context.Context, addr netip.AddrPort) error
 
-// DialPolicy is what a request's policy decision tells the dial guard: the
-// exceptions its rule grants. The zero value grants none.
+// DialPolicy is what a request's policy decision tells the dial guard:
+// the address guard in force for it and the exceptions its rule grants.
+// The zero value is the strictest: every range package addrguard refuses,
+// no exception.
 type DialPolicy struct {
 	// Host is the canonical host the request was allowed for (for the
 	// guard's logs).
 	Host string
-	// AllowPrivate is set when the rule that allowed the request permits
-	// private, CGNAT and ULA destinations (SPEC §5.3, "unless the rule says
-	// so").
-	AllowPrivate bool
+	// Guard is the address guard of the request's policy generation
+	// (address_guard.allowed_cidrs); nil judges as addrguard.New(nil).
+	Guard *addrguard.Guard
+	// Opts are the exceptions of the rule that allowed the request
+	// (allow_private_addresses, an IP/CIDR rule's prefix).
+	Opts addrguard.Opts
+	// Unguarded is set when address_guard is disabled: no address is
+	// refused.
+	Unguarded bool
 }
 
 type dialPolicyKey struct{}

@@ -110,6 +110,22 @@ type podConfig struct {
 	// icmp6 makes the origin record ICMPv6 destination-unreachable and
 	// echo-request messages (e2e-origin -icmp6).
 	icmp6 bool
+	// addressGuard is BotBox's address_guard block. Empty: the suite's
+	// opt-in, allowed_cidrs naming the two subnets of the net namespace
+	// (its origins are at private and ULA addresses, which the guard
+	// refuses by default); guardDefaults: no block, the defaults.
+	addressGuard string
+	// extraAddrs are more addresses of the net namespace, served by the
+	// origin and in its certificate (e.g. 169.254.169.254).
+	extraAddrs []netip.Addr
+	// originNames are more DNS names in the origin's certificate.
+	originNames []string
+	// extraHosts returns lines appended to the pod's /etc/hosts.
+	extraHosts func(p *pod) string
+	// nameserver, when valid, is the pod's resolv.conf nameserver (an
+	// address of the net namespace, added to it, not served by the
+	// origin); default: the origin's address, where nothing answers DNS.
+	nameserver netip.Addr
 	// extraConfig is appended to the top level of BotBox's config.
 	extraConfig string
 	// placeholders turns placeholders on, in <dir>/placeholders.
@@ -126,6 +142,10 @@ type podConfig struct {
 
 // dnsGuardPort is dns_guard.listen_port and BOTBOX_DNS_GUARD_PORT.
 const dnsGuardPort = 8053
+
+// guardDefaults as podConfig.addressGuard leaves address_guard at its
+// defaults (a YAML comment, so the config has no block).
+const guardDefaults = "# address_guard: defaults\n"
 
 // pod is one "pod" namespace and its "net" namespace, with everything
 // running in them.
@@ -258,6 +278,19 @@ func (p *pod) setupNetwork(t *testing.T) {
 			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
+	extra := slices.Clone(p.cfg.extraAddrs)
+	if p.cfg.nameserver.IsValid() {
+		extra = append(extra, p.cfg.nameserver)
+	}
+	for _, a := range extra {
+		args := []string{"-n", p.netNS, "addr", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", vnet}
+		if a.Is6() {
+			args = append(args, "nodad")
+		}
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
 	// `ip netns exec POD` bind-mounts these over /etc/hosts and
 	// /etc/resolv.conf. The resolver points at the origin's own address
 	// (nothing answers there), so no lookup ever leaves the namespaces.
@@ -266,10 +299,17 @@ func (p *pod) setupNetwork(t *testing.T) {
 	}
 	hosts := fmt.Sprintf("127.0.0.1 localhost\n::1 localhost\n%s %s %s %s\n%s %s\n",
 		p.netIP4, hostAPI, hostOther, hostBlocked, p.netIP6, hostV6)
+	if p.cfg.extraHosts != nil {
+		hosts += p.cfg.extraHosts(p)
+	}
 	if err := os.WriteFile(filepath.Join(etc, "hosts"), []byte(hosts), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	resolv := fmt.Sprintf("nameserver %s\noptions timeout:1 attempts:1\n", p.netIP4)
+	ns := p.netIP4
+	if p.cfg.nameserver.IsValid() {
+		ns = p.cfg.nameserver
+	}
+	resolv := fmt.Sprintf("nameserver %s\noptions timeout:1 attempts:1\n", ns)
 	if err := os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolv), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +320,12 @@ func (p *pod) setupNetwork(t *testing.T) {
 func (p *pod) startOrigin(t *testing.T) {
 	t.Helper()
 	ca := testpki.NewCA(t, "e2e-origin-ca")
-	leaf := ca.Leaf(t, hostAPI, hostOther, hostBlocked, hostV6, p.netIP4.String(), p.netIP6.String())
+	names := []string{hostAPI, hostOther, hostBlocked, hostV6, p.netIP4.String(), p.netIP6.String()}
+	names = append(names, p.cfg.originNames...)
+	for _, a := range p.cfg.extraAddrs {
+		names = append(names, a.String())
+	}
+	leaf := ca.Leaf(t, names...)
 	var chain bytes.Buffer
 	for _, der := range leaf.Certificate {
 		_ = pem.Encode(&chain, &pem.Block{Type: "CERTIFICATE", Bytes: der})
@@ -306,6 +351,9 @@ func (p *pod) startOrigin(t *testing.T) {
 	argv := []string{"ip", "netns", "exec", p.netNS, p.bins.origin,
 		"-addr", p.netIP4.String(), "-addr", p.netIP4b.String(), "-addr", p.netIP6.String(),
 		"-cert", certPath, "-key", keyPath, "-control", sock}
+	for _, a := range p.cfg.extraAddrs {
+		argv = append(argv, "-addr", a.String())
+	}
 	for _, g := range p.cfg.mldGroups {
 		argv = append(argv, "-mld-group", g)
 	}
@@ -388,6 +436,13 @@ func (p *pod) writeConfig(t *testing.T) {
 	action := "deny"
 	if p.cfg.defaultAllow {
 		action = "allow"
+	}
+	switch p.cfg.addressGuard {
+	case "":
+		fmt.Fprintf(&b, "address_guard:\n  allowed_cidrs: [%q, %q]\n",
+			netip.PrefixFrom(p.netIP4, 24).Masked(), netip.PrefixFrom(p.netIP6, 64).Masked())
+	default:
+		b.WriteString(p.cfg.addressGuard)
 	}
 	fmt.Fprintf(&b, "egress_policy:\n  default_action: %s\n  rules:%s", action, p.cfg.rules)
 	if p.cfg.interception {

@@ -280,6 +280,8 @@ metrics_port: %d
 secrets_dir: %s
 upstream_ca_file: %s
 log_level: warn
+address_guard:
+  allowed_cidrs: ["127.0.0.0/8", "::1"]
 egress_policy:
   default_action: deny
   rules:
