@@ -171,7 +171,7 @@ func compile(cfg *config.Config, prev *Generation) (*Generation, error) {
 			return nil, fmt.Errorf("egress_policy.rules[%d] (%s): %w", i, r.Host, err)
 		}
 		g.rewrites[i] = s
-		g.addrOpts[i] = ruleAddrOpts(r)
+		g.addrOpts[i] = RuleAddrOpts(r)
 	}
 	g.limits = compileLimits(cfg, prev)
 	return g, nil
@@ -231,9 +231,10 @@ func (g *Generation) NameAddrOpts(name string) addrguard.Opts {
 	return g.addrOpts[r.Index]
 }
 
-// ruleAddrOpts is the address guard exceptions of allow rule r (none for a
-// deny rule).
-func ruleAddrOpts(r config.Rule) addrguard.Opts {
+// RuleAddrOpts is the address guard exceptions of allow rule r (none for a
+// deny rule): allow_private_addresses, and the range an IP or CIDR rule
+// names. The DNS guard filters an allowed name's answers with them.
+func RuleAddrOpts(r config.Rule) addrguard.Opts {
 	if r.Action != config.ActionAllow {
 		return addrguard.Opts{}
 	}

@@ -88,7 +88,7 @@ var allowedInternal = map[string][]string{
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
 	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                               // hostport: the same canonical name the policy judged
-	"server":      {"admin", "config", "dnsguard", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
+	"server":      {"addrguard", "admin", "config", "dnsguard", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
 func TestInternalImportRules(t *testing.T) {

@@ -13,7 +13,10 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/botbox/botbox/internal/addrguard"
 	"github.com/botbox/botbox/internal/dnsguard"
+	"github.com/botbox/botbox/internal/generation"
+	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/telemetry"
 )
 
@@ -34,7 +37,7 @@ func (s *Server) newDNSGuard() (*dnsguard.Guard, error) {
 		Policies:      s.gen,
 		Upstreams:     ups,
 		MaxTTL:        s.cfg.DNSGuard.MaxTTL,
-		AddrFilter:    s.opts.DNSAddrFilter,
+		AddrFilter:    s.dnsAddrFilter(),
 		NameInspector: s.dnsNameInspector(),
 		Metrics:       telemetry.NewDNSMetrics(s.metrics.Registry),
 		Logger:        telemetry.WithTarget(s.opts.Logger, telemetry.TargetDNS),
@@ -139,4 +142,30 @@ func (s *Server) dnsNameInspector() dnsguard.NameInspector {
 			slog.String(telemetry.KeyFoundIn, telemetry.FoundInDNSQuery))
 		return true
 	}
+}
+
+// dnsAddrFilter is the DNS guard's answer filter: Options.DNSAddrFilter when
+// set, else the address guard of the generation in force, with the
+// exceptions of the rule that allowed the name (none under default_action:
+// allow). So an allowed name whose answer points at a loopback, link-local,
+// metadata or private address reaches the app without that record — a
+// rebinding answer never even reaches it — unless the rule or
+// allowed_cidrs opts in, exactly as for the proxy's own dials
+// (TestDNSGuardFiltersRefusedAddresses).
+func (s *Server) dnsAddrFilter() dnsguard.AddrFilter {
+	if s.opts.DNSAddrFilter != nil {
+		return s.opts.DNSAddrFilter
+	}
+	return dnsguard.AddrFilterFunc(func(a netip.Addr, r *policy.Rule) bool {
+		g := s.gen.Load()
+		if g.AddrGuardOff {
+			return false
+		}
+		var o addrguard.Opts
+		if r != nil {
+			o = generation.RuleAddrOpts(r.Rule)
+		}
+		_, refused := g.AddrGuard.Refused(a, o)
+		return refused
+	})
 }

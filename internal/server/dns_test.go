@@ -300,3 +300,90 @@ dns_guard:
 		t.Errorf("no secret_tripwire line:\n%s", logs.String())
 	}
 }
+
+// TestDNSGuardFiltersRefusedAddresses: the DNS guard removes from an
+// allowed name's answer every address the address guard refuses (loopback,
+// metadata, private), keeps public ones, and keeps a private one when the
+// rule opts in with allow_private_addresses.
+func TestDNSGuardFiltersRefusedAddresses(t *testing.T) {
+	answers := map[string][]string{
+		"mixed.example.test.":    {"127.0.0.1", "169.254.169.254", "10.1.2.3", "203.0.113.9"},
+		"internal.example.test.": {"10.1.2.3", "127.0.0.1"},
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(q)
+		if q.Question[0].Qtype == dns.TypeA {
+			for _, ip := range answers[strings.ToLower(q.Question[0].Name)] {
+				rr, _ := dns.NewRR(q.Question[0].Name + " 30 IN A " + ip)
+				m.Answer = append(m.Answer, rr)
+			}
+		}
+		_ = w.WriteMsg(m)
+	})}
+	started := make(chan struct{})
+	up.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = up.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() { _ = up.Shutdown() })
+
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte("secrets_dir: " + dir + `
+egress_policy:
+  rules:
+    - host: mixed.example.test
+      action: allow
+    - host: internal.example.test
+      action: allow
+      allow_private_addresses: true
+dns_guard:
+  enabled: true
+  upstream: ["` + pc.LocalAddr().String() + `"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Logger: telemetry.NewLogger(&logcapture.Buffer{}, nil), Metrics: telemetry.NewMetrics(),
+		Listen: ephemeral, ListenPacket: ephemeralPacket, ResolvConf: filepath.Join(dir, "absent")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	addrs, err := srv.Addrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dns.Client{Net: "udp", Timeout: 30 * time.Second}
+	for name, want := range map[string][]string{
+		"mixed.example.test.":    {"203.0.113.9"},
+		"internal.example.test.": {"10.1.2.3"},
+	} {
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeA)
+		r, _, err := c.Exchange(m, addrs.DNSUDP[0].String())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var got []string
+		for _, rr := range r.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				got = append(got, a.A.String())
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: answer %v, want %v", name, got, want)
+		}
+	}
+}
