@@ -87,7 +87,7 @@ var allowedInternal = map[string][]string{
 	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "rewrite", "scrub", "secrets", "telemetry", "upstream"},
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
-	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                               // hostport: the same canonical name the policy judged
+	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                                            // hostport: the same canonical name the policy judged
 	"server":      {"addrguard", "admin", "config", "dnsguard", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
