@@ -22,6 +22,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/proxy"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -280,7 +281,9 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 			fmt.Fprintln(w, "headers:  none injected (report mode never rewrites a request the policy denies)")
 		} else {
 			e.printHeaders(w, rule)
+			printScrub(w, rule)
 		}
+		e.printAddressGuard(w, rule)
 	}
 	if decision == telemetry.DecisionAllow && !forwarded && rule != nil {
 		for _, rw := range rule.HeaderRewrites {
@@ -385,4 +388,44 @@ func (e *explainer) printHeaders(w io.Writer, rule *config.Rule) {
 			fmt.Fprintf(w, "header:   %s (replaces any client value; static)\n", rw.Name)
 		}
 	}
+}
+
+// printScrub says whether the response to a request whose rule injects a
+// secret is scrubbed of reflected values (scrub_responses).
+func printScrub(w io.Writer, rule *config.Rule) {
+	if rule == nil || !slices.ContainsFunc(rule.HeaderRewrites, func(rw config.HeaderRewrite) bool { return rw.SecretRef != "" }) {
+		return
+	}
+	if rule.ScrubResponses {
+		fmt.Fprintln(w, "response: injected values masked wherever the origin reflects them (scrub_responses)")
+	} else {
+		fmt.Fprintln(w, "response: NOT scrubbed (scrub_responses: false): the agent sees the credential if the origin reflects it")
+	}
+}
+
+// printAddressGuard says which upstream addresses BotBox would refuse to
+// dial for this request (address_guard and the rule's opt-ins).
+func (e *explainer) printAddressGuard(w io.Writer, rule *config.Rule) {
+	if e.cfg.AddressGuard.Disabled {
+		fmt.Fprintln(w, "address:  address_guard disabled: BotBox dials whatever the name resolves to, loopback and metadata included")
+		return
+	}
+	var opens []string
+	if rule != nil {
+		o := generation.RuleAddrOpts(*rule)
+		if o.AllowPrivate {
+			opens = append(opens, "private, CGNAT, ULA and site-local (allow_private_addresses)")
+		}
+		if o.Rule.IsValid() {
+			opens = append(opens, o.Rule.String()+" (the rule's own range)")
+		}
+	}
+	for _, p := range e.cfg.AddressGuard.AllowedCIDRs {
+		opens = append(opens, p.String()+" (address_guard.allowed_cidrs)")
+	}
+	line := "address:  loopback, link-local (cloud metadata), private and other non-public addresses are refused at dial (403 address_guard)"
+	if len(opens) > 0 {
+		line += "; allowed here: " + strings.Join(opens, ", ")
+	}
+	fmt.Fprintln(w, line)
 }

@@ -39,6 +39,8 @@ func TestExplain(t *testing.T) {
 			"decision: allow", "status:   200", "reason:   rule_allow", "rules[0] (host api.openai.com, action allow)", "ports:    443 only",
 			"upstream: https://api.openai.com/v1/models", `header:   Authorization (replaces any client value; from secret "openai-api-key")`,
 			"removes:  X-Api-Key (deleted if the client sends it; never added)",
+			"response: injected values masked wherever the origin reflects them (scrub_responses)",
+			"address:  loopback, link-local (cloud metadata), private and other non-public addresses are refused at dial (403 address_guard)\n",
 		}, 0},
 		{[]string{"api.openai.com/v1"}, []string{"decision: allow", "listener: http"}, 0},
 		{[]string{"http://API.OpenAI.com./v1"}, []string{"decision: allow", "host:     api.openai.com"}, 0},
@@ -251,5 +253,39 @@ func TestExplainLimitsAndReportMode(t *testing.T) {
 				t.Errorf("%s: output has %q:\n%s", tt.name, w, out)
 			}
 		}
+	}
+}
+
+// TestExplainGuards: explain names the rule's scrub_responses setting and
+// the address guard's exceptions for the request.
+func TestExplainGuards(t *testing.T) {
+	sec := secretsWith(t, map[string]string{"openai-api-key": "sk-real\n"})
+	p := explainConfig(t, sec, `    - host: echo.example.test
+      action: allow
+      scrub_responses: false
+      allow_private_addresses: true
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: openai-api-key
+address_guard:
+  allowed_cidrs: ["192.168.7.0/24"]
+`)
+	code, out, errOut := runArgs(t, nil, "explain", "-c", p, "http://echo.example.test/")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	for _, w := range []string{
+		"response: NOT scrubbed (scrub_responses: false)",
+		"allowed here: private, CGNAT, ULA and site-local (allow_private_addresses), 192.168.7.0/24 (address_guard.allowed_cidrs)",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("explain lacks %q:\n%s", w, out)
+		}
+	}
+	off := explainConfig(t, sec, "address_guard:\n  enabled: false\n")
+	_, out, _ = runArgs(t, nil, "explain", "-c", off, "http://api.openai.com/v1")
+	if !strings.Contains(out, "address:  address_guard disabled") {
+		t.Errorf("explain with the guard off lacks the warning:\n%s", out)
 	}
 }
