@@ -80,6 +80,9 @@ const (
 	AnnotationPath   = "prometheus.io/path"
 	// AnnotationDefaultContainer makes kubectl logs/exec pick the app.
 	AnnotationDefaultContainer = "kubectl.kubernetes.io/default-container"
+	// LabelInjected marks an injected Pod: the chart's PodMonitor selects
+	// the sidecars to scrape by it (charts/botbox values podMonitor.selector).
+	LabelInjected = "botbox.dev/injected"
 )
 
 // Options are the choices of `botbox inject` and `botbox webhook`.
@@ -204,6 +207,10 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 		noEscalation(c)
 	}
 
+	if meta.Labels == nil {
+		meta.Labels = map[string]string{}
+	}
+	meta.Labels[LabelInjected] = "true"
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
 	}

@@ -172,6 +172,9 @@ func TestMutateCreate(t *testing.T) {
 	if pod.Annotations[inject.AnnotationScrape] != "true" || pod.Annotations[inject.AnnotationPort] != "9090" {
 		t.Errorf("scrape annotations: %v", pod.Annotations)
 	}
+	if pod.Labels[inject.LabelInjected] != "true" {
+		t.Errorf("label %s missing (the chart's PodMonitor selects by it): %v", inject.LabelInjected, pod.Labels)
+	}
 }
 
 // TestMutateIsIdempotent: the injected Pod, reviewed again (the API
