@@ -18,6 +18,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/botbox/botbox/internal/inject"
@@ -181,7 +183,7 @@ func containerDiff(a, b any) string {
 
 // diffPatch is the JSON patch turning orig into want: one "add" (which
 // replaces an existing member) or "remove" per changed top-level field of
-// the spec and for the annotations. Coarse on purpose: whole lists are
+// the spec, and per added label and annotation. Coarse on purpose: whole lists are
 // replaced, so the patch cannot go wrong on indexes, and the API server
 // applies it to exactly the object we decoded.
 func diffPatch(orig, want *corev1.Pod) ([]PatchOp, error) {
@@ -208,16 +210,24 @@ func diffPatch(orig, want *corev1.Pod) ([]PatchOp, error) {
 			return nil, fmt.Errorf("botbox: internal error: the injector changed spec.%s, which the patch does not carry", k)
 		}
 	}
-	if orig.Annotations == nil && len(want.Annotations) > 0 {
-		ops = append(ops, PatchOp{Op: "add", Path: "/metadata/annotations", Value: want.Annotations})
-	} else {
-		for k, v := range want.Annotations {
-			if ov, ok := orig.Annotations[k]; !ok || ov != v {
-				ops = append(ops, PatchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(k), Value: v})
-			}
+	ops = append(ops, mapPatch("/metadata/annotations", orig.Annotations, want.Annotations)...)
+	ops = append(ops, mapPatch("/metadata/labels", orig.Labels, want.Labels)...)
+	return ops, nil
+}
+
+// mapPatch adds (or replaces) the entries of want that orig lacks or holds
+// with another value, in key order; the injector never removes an entry.
+func mapPatch(path string, orig, want map[string]string) []PatchOp {
+	if orig == nil && len(want) > 0 {
+		return []PatchOp{{Op: "add", Path: path, Value: want}}
+	}
+	var ops []PatchOp
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if ov, ok := orig[k]; !ok || ov != want[k] {
+			ops = append(ops, PatchOp{Op: "add", Path: path + "/" + escapePointer(k), Value: want[k]})
 		}
 	}
-	return ops, nil
+	return ops
 }
 
 func isPatched(k string) bool {
