@@ -11,10 +11,13 @@ import (
 )
 
 // rulesPlaceholders: api.example.test gets the key; other.example.test is
-// a second allowed host that may not receive it.
+// a second allowed host that may not receive it. scrub_responses is off on
+// api.example.test because the test reads the origin's echo to see the
+// key it received (scrubbing would mask it: TestAT004EchoShowsInjectedSecret).
 const rulesPlaceholders = `
     - host: api.example.test
       action: allow
+      scrub_responses: false
       header_rewrites:
         - name: Authorization
           value: "Bearer {value}"
