@@ -136,7 +136,8 @@ func dnsLoop(addr string, dur time.Duration, n int) ([]time.Duration, error) {
 	return lat, nil
 }
 
-// startDNSUpstream serves dnsName A 127.0.0.1 (TTL 3600) on
+// startDNSUpstream serves dnsName A 203.0.113.7 (TTL 3600; a documentation
+// address the address guard passes, so the answer reaches the client) on
 // 127.0.0.1:dnsUpstreamPort over UDP.
 func startDNSUpstream() (*dns.Server, error) {
 	pc, err := net.ListenPacket("udp", fmt.Sprint("127.0.0.1:", dnsUpstreamPort))
@@ -147,7 +148,7 @@ func startDNSUpstream() (*dns.Server, error) {
 		m := new(dns.Msg)
 		m.SetReply(q)
 		if q.Question[0].Qtype == dns.TypeA {
-			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 3600}, A: net.IPv4(127, 0, 0, 1)})
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 3600}, A: net.IPv4(203, 0, 113, 7)})
 		}
 		_ = w.WriteMsg(m)
 	})}
