@@ -229,24 +229,7 @@ dns_guard:
 	}
 	logs := &logcapture.Buffer{}
 	metrics := telemetry.NewMetrics()
-	srv, err := New(cfg, Options{Logger: telemetry.NewLogger(logs, nil), Metrics: metrics,
-		Listen: ephemeral, ListenPacket: ephemeralPacket, ResolvConf: filepath.Join(dir, "absent")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	addrs, err := srv.Addrs()
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrs := runDNSServer(t, cfg, Options{Logger: telemetry.NewLogger(logs, nil), Metrics: metrics})
 	ph, err := os.ReadFile(filepath.Join(phDir, "api-key"))
 	if err != nil {
 		t.Fatal(err)
@@ -347,24 +330,7 @@ dns_guard:
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(cfg, Options{Logger: telemetry.NewLogger(&logcapture.Buffer{}, nil), Metrics: telemetry.NewMetrics(),
-		Listen: ephemeral, ListenPacket: ephemeralPacket, ResolvConf: filepath.Join(dir, "absent")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	addrs, err := srv.Addrs()
-	if err != nil {
-		t.Fatal(err)
-	}
+	addrs := runDNSServer(t, cfg, Options{Logger: telemetry.NewLogger(&logcapture.Buffer{}, nil), Metrics: telemetry.NewMetrics()})
 	c := dns.Client{Net: "udp", Timeout: 30 * time.Second}
 	for name, want := range map[string][]string{
 		"mixed.example.test.":    {"203.0.113.9"},
@@ -386,4 +352,29 @@ dns_guard:
 			t.Errorf("%s: answer %v, want %v", name, got, want)
 		}
 	}
+}
+
+// runDNSServer runs a server for cfg on ephemeral loopback ports, without a
+// resolv.conf, until the test ends, and returns its addresses.
+func runDNSServer(t *testing.T, cfg *config.Config, o Options) Addrs {
+	t.Helper()
+	o.Listen, o.ListenPacket, o.ResolvConf = ephemeral, ephemeralPacket, filepath.Join(t.TempDir(), "absent")
+	srv, err := New(cfg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	addrs, err := srv.Addrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs
 }
