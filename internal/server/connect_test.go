@@ -217,11 +217,21 @@ func TestConnectIdleTunnelHoldsNoRequestPermit(t *testing.T) {
 	}
 }
 
-// TestShutdownClosesConnectTunnel: an open CONNECT tunnel (a hijacked
-// connection http.Server's Shutdown does not see) is closed at the drain
-// deadline, and its line says so.
+// TestShutdownClosesConnectTunnel: a CONNECT tunnel (a hijacked
+// connection http.Server's Shutdown does not see) still busy at the drain
+// deadline — its request's origin never answers — is closed then, and its
+// line says so. The request in flight keeps the tunnel from being drained
+// as idle: a tunnel that has only shaken hands counts as idle for the
+// tunnel's own http.Server once it is 5 s old, which a loaded machine
+// reached before the deadline.
 func TestShutdownClosesConnectTunnel(t *testing.T) {
 	h := start(t, harnessOpts{writeSecret: true, shutdown: 1, interception: "  enforce_sni_host_match: true\n"})
+	arrived, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	h.origin.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-release
+	})
 	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
 	if err != nil {
 		t.Fatal(err)
@@ -232,10 +242,9 @@ func TestShutdownClosesConnectTunnel(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("CONNECT: %v %v", resp, err)
 	}
-	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test"})
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
+	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test", NextProtos: []string{"http/1.1"}})
+	fmt.Fprint(tc, "GET /never HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	<-arrived
 	h.cancel()
 	select {
 	case err := <-h.done:
