@@ -1,6 +1,7 @@
 package dnsguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -776,3 +777,26 @@ func (w *fakeWriter) Close() error                { return nil }
 func (w *fakeWriter) TsigStatus() error           { return nil }
 func (w *fakeWriter) TsigTimersOnly(bool)         {}
 func (w *fakeWriter) Hijack()                     {}
+
+// TestServeCancelledAtOnce: Serve cancelled before (or while) its servers
+// start still returns, every time. A dns.Server shut down before it has
+// started ignores the shutdown and serves forever, so without the start
+// barrier this test hangs until the test binary's timeout.
+func TestServeCancelledAtOnce(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	for range 50 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := h.g.Serve(ctx, []net.PacketConn{pc}, []net.Listener{ln}); err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	}
+}

@@ -51,15 +51,33 @@ func (g *Guard) Serve(ctx context.Context, pcs []net.PacketConn, lns []net.Liste
 			IdleTimeout: func() time.Duration { return g.tcpIdle }, MaxTCPQueries: maxTCPQueries, MsgAcceptFunc: accept})
 	}
 	errs := make(chan error, len(servers))
+	started := make(chan struct{}, len(servers))
 	var wg sync.WaitGroup
 	for _, s := range servers {
+		s.NotifyStartedFunc = func() { started <- struct{}{} }
 		wg.Add(1)
 		go serveOne(&wg, s, errs)
 	}
+	// Every server must have started (or failed) before any is shut down:
+	// dns.Server.ShutdownContext on a server that has not started yet
+	// returns at once and the server then serves forever, so a Serve
+	// cancelled right after it began would never return
+	// (TestServeCancelledAtOnce).
 	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errs:
+	for range servers {
+		select {
+		case <-started:
+		case e := <-errs:
+			if err == nil {
+				err = e
+			}
+		}
+	}
+	if err == nil {
+		select {
+		case <-ctx.Done():
+		case err = <-errs:
+		}
 	}
 	g.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
