@@ -84,8 +84,8 @@ func main() {
 	}
 	// Response scrubbing (issue 13) is on in "botbox" (its rules inject
 	// a secret); this variant is the same build with scrub_responses:
-	// false, side by side in small, post and stream, for the budget cells
-	// (scrub on ≥ 0.8× the stream throughput, ≤ +10% CPU per small request).
+	// false, side by side in small, post and stream, for issue 13's budget
+	// cells (the scrub lines under "Targets", docs/performance.md).
 	r.variants = append(r.variants, variant{scrubOffName, scrubOffEnv})
 	// The servers run in their own process groups (so that a terminal's ^C
 	// does not kill them mid-cell): stop them on SIGINT/SIGTERM too.

@@ -232,17 +232,7 @@ func TestShutdownClosesConnectTunnel(t *testing.T) {
 		close(arrived)
 		<-release
 	})
-	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
-	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test", NextProtos: []string{"http/1.1"}})
+	tc := openConnectTunnel(t, h)
 	fmt.Fprint(tc, "GET /never HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
 	<-arrived
 	h.cancel()
@@ -357,20 +347,10 @@ func TestConnectWithPython(t *testing.T) {
 // than at the drain deadline (30 s here; the test waits at most 10 s).
 func TestShutdownDrainsIdleConnectTunnel(t *testing.T) {
 	h := start(t, harnessOpts{writeSecret: true, shutdown: 30, interception: "  enforce_sni_host_match: true\n"})
-	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
-	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test", NextProtos: []string{"http/1.1"}})
+	tc := openConnectTunnel(t, h)
 	br := bufio.NewReader(tc)
 	fmt.Fprint(tc, "GET /v1/models HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
-	resp, err = http.ReadResponse(br, nil)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,17 +391,7 @@ func TestShutdownLetsTunnelRequestFinish(t *testing.T) {
 		<-release
 		fmt.Fprint(w, "finished")
 	})
-	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("CONNECT: %v %v", resp, err)
-	}
-	tc := tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test", NextProtos: []string{"http/1.1"}})
+	tc := openConnectTunnel(t, h)
 	fmt.Fprint(tc, "GET /slow HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
 	<-arrived
 	h.cancel()
@@ -429,7 +399,7 @@ func TestShutdownLetsTunnelRequestFinish(t *testing.T) {
 	close(release)
 	br := bufio.NewReader(tc)
 	_ = tc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err = http.ReadResponse(br, nil)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatalf("the request in flight did not complete: %v", err)
 	}
@@ -468,4 +438,22 @@ func TestConnectOverPriorKnowledgeH2(t *testing.T) {
 		l := h.linesOn("http")
 		return len(l) == 1 && l[0]["host"] == "api.example.test" && l[0]["port"] == float64(443) && l[0]["decision"] == "denied_connect"
 	}, "CONNECT line naming its target")
+}
+
+// openConnectTunnel opens a CONNECT tunnel to api.example.test:443 on the
+// plain listener and returns the TLS client inside it (HTTP/1.1 by ALPN,
+// handshake on first use); the connection closes when the test ends.
+func openConnectTunnel(t *testing.T, h *harness) *tls.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprint(c, "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	return tls.Client(c, &tls.Config{RootCAs: h.botboxCA.Pool(), ServerName: "api.example.test", NextProtos: []string{"http/1.1"}})
 }
