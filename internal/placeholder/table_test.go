@@ -135,8 +135,12 @@ func snapshot(kv ...string) *secrets.Snapshot {
 func TestFindHeaderPerHeader(t *testing.T) {
 	t.Parallel()
 	tab, openai, other := testTable(t)
-	allowed := func(name, ref string) bool { return strings.EqualFold(name, "Authorization") && ref == "openai-api-key" }
-	basic := func(s string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+s)) }
+	allowed := func(name, ref string) bool {
+		return strings.EqualFold(name, "Authorization") && ref == "openai-api-key"
+	}
+	basic := func(s string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+s))
+	}
 	tests := []struct {
 		name    string
 		h       http.Header
