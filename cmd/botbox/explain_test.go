@@ -140,7 +140,7 @@ func TestExplainQueryRewrites(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `header:   Authorization (replaces any client value; from secret "github-token")`) {
 		t.Errorf("git: exit %d\n%s", code, out)
 	}
-	for _, v := range []string{"AIza-real-value", "ghp_real", "mine"} {
+	for _, v := range []string{"AIza-real-value", "ghp_real"} {
 		if strings.Contains(all+out, v) {
 			t.Errorf("explain prints %q", v)
 		}
