@@ -572,3 +572,15 @@ func TestQueryRewriteMissingSecret(t *testing.T) {
 		t.Errorf("secret_ref = %v", line["secret_ref"])
 	}
 }
+
+// TestPlaceholderInUserinfo: an absolute-form target whose userinfo holds
+// the placeholder, towards the secret's own host, is never forwarded: a
+// target with userinfo is refused before the policy (400 invalid host).
+func TestPlaceholderInUserinfo(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	resp, body := e.raw("GET http://x-access-token:" + phAPI + "@api.example.test/v1 HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	if resp.StatusCode != http.StatusBadRequest || strings.TrimSpace(body) != "invalid host" {
+		t.Fatalf("got %d %q, want 400 invalid host", resp.StatusCode, body)
+	}
+	e.assertOriginUntouched()
+}
