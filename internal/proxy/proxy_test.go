@@ -75,6 +75,7 @@ egress_policy:
         - name: Authorization
           value: "{basic:x-access-token}"
           secret_ref: api-key
+      remove_headers: [X-Api-Key]
 `
 
 // originRecord is what the test origin saw of one request.

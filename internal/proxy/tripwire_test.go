@@ -414,6 +414,7 @@ func TestPlaceholderOnlyWhereRewritten(t *testing.T) {
 		{"another secret in the named parameter", "query.example.test", "/v1?key=" + phOther, nil, "other-key", "url"},
 		{"another secret in the rewritten header", "api.example.test", "/v1", http.Header{"Authorization": {"Bearer " + phOther}}, "other-key", "header"},
 		{"header named by a static rewrite", "api.example.test", "/v1", http.Header{"X-Static": {phAPI}}, "api-key", "header"},
+		{"header remove_headers deletes", "query.example.test", "/v1", http.Header{"X-Api-Key": {phAPI}}, "api-key", "header"},
 	}
 	for _, tt := range tripped {
 		for _, l := range listeners {
