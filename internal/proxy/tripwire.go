@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync/atomic"
 
 	"github.com/botbox/botbox/internal/generation"
@@ -86,24 +87,34 @@ func (h *Handler) tripHead(r *http.Request, x *exchange, hp hostport.HostPort, g
 		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInHost, form: placeholder.FormLiteral}, d)
 		return true
 	}
-	u := *r.URL
-	kept, replaced := set.SplitQuery(u.RawQuery)
-	u.RawQuery = kept
-	if ref, form, found := t.FindURL(&u, nil); found {
-		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInURL, form: form}, d)
-		return true
-	}
-	for _, p := range replaced {
-		if ref, form, found := t.FindEncoded(p.Raw, func(ref string) bool { return set.QueryAccepts(p.Name, ref) }); found {
-			h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInURL, form: form}, d)
-			return true
-		}
-	}
-	if ref, form, found := t.FindHeader(r.Header, set.HeaderAccepts); found {
-		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInHeader, form: form}, d)
+	if info, found := findInHead(t, set, r.URL, r.Header); found {
+		h.tripped(x, info, d)
 		return true
 	}
 	return false
+}
+
+// findInHead is tripHead's judgement of the URL and the headers under the
+// rewrites of the allowing rule (set; nil accepts nothing): the first
+// placeholder outside the places set replaces with that placeholder's
+// secret. FuzzFindInHead holds that when it finds nothing, the query
+// rewrite.Set.ApplyQuery forwards holds no placeholder in any spelling.
+func findInHead(t *placeholder.Table, set *rewrite.Set, target *url.URL, hdr http.Header) (tripInfo, bool) {
+	u := *target
+	kept, replaced := set.SplitQuery(u.RawQuery)
+	u.RawQuery = kept
+	if ref, form, found := t.FindURL(&u, nil); found {
+		return tripInfo{ref: ref, foundIn: telemetry.FoundInURL, form: form}, true
+	}
+	for _, p := range replaced {
+		if ref, form, found := t.FindEncoded(p.Raw, func(ref string) bool { return set.QueryAccepts(p.Name, ref) }); found {
+			return tripInfo{ref: ref, foundIn: telemetry.FoundInURL, form: form}, true
+		}
+	}
+	if ref, form, found := t.FindHeader(hdr, set.HeaderAccepts); found {
+		return tripInfo{ref: ref, foundIn: telemetry.FoundInHeader, form: form}, true
+	}
+	return tripInfo{}, false
 }
 
 // tripConnect is the tripwire of a CONNECT request: its target host and

@@ -21,6 +21,8 @@ import (
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/placeholder"
+	"github.com/botbox/botbox/internal/rewrite"
+	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -584,4 +586,57 @@ func TestPlaceholderInUserinfo(t *testing.T) {
 		t.Fatalf("got %d %q, want 400 invalid host", resp.StatusCode, body)
 	}
 	e.assertOriginUntouched()
+}
+
+// FuzzFindInHead holds the query half of the tripwire's contract: for any
+// raw query with the placeholders spliced in anywhere (as is or
+// percent-encoded), either findInHead trips, or the query that
+// ApplyQuery forwards holds no placeholder in any spelling the table
+// knows (the named parameter, replaced whole, is the only place one may
+// sit), and the key goes only into that parameter.
+func FuzzFindInHead(f *testing.F) {
+	f.Add("key=", "&x=1", 0, true)
+	f.Add("a=1&%6Bey=", "", 1, false)
+	f.Add("KEY=", "", 0, false)
+	f.Add("a;key=", "", 0, false)
+	f.Add("key=x&q=", "", 0, true)
+	set, err := rewrite.CompileRule(config.Rule{QueryRewrites: []config.QueryRewrite{{Name: "key", Value: "{value}", SecretRef: "api-key"}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	tab := testPlaceholders().Table()
+	secrets := mapLookup{"api-key": "sk-test-12345"}
+	f.Fuzz(func(t *testing.T, before, after string, which int, escape bool) {
+		ph := []string{phAPI, phOther}[uint(which)%2]
+		if escape {
+			ph = strings.ReplaceAll(ph, "s", "%73")
+		}
+		raw := before + ph + after
+		if strings.ContainsAny(raw, " #\r\n") {
+			return
+		}
+		u := &url.URL{Path: "/v1", RawQuery: raw}
+		if _, found := findInHead(tab, set, u, http.Header{}); found {
+			return
+		}
+		out, _, err := set.ApplyQuery(raw, secrets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, _ := set.SplitQuery(out)
+		if ref, _, found := tab.FindEncoded(kept, nil); found {
+			t.Fatalf("not tripped, yet %s's placeholder is forwarded in %q", ref, out)
+		}
+		if strings.Contains(kept, "sk-test-12345") {
+			t.Fatalf("the key outside its parameter: %q", out)
+		}
+	})
+}
+
+// mapLookup is a placeholder-free secrets lookup for FuzzFindInHead.
+type mapLookup map[string]string
+
+func (m mapLookup) Lookup(ref string) (secrets.Value, bool) {
+	v, ok := m[ref]
+	return secrets.NewValue([]byte(v)), ok
 }
