@@ -19,7 +19,8 @@ const usagePlaceholders = "botbox placeholders print [-c PATH]"
 // the policy, its environment variable, the file BotBox writes, the
 // placeholder in it (read from placeholders.dir, as a running BotBox wrote
 // it) and the hosts it may go to: those of the allow rules that reference
-// the secret, where it is swapped for the real key. It never reads
+// the secret, with the headers and query parameters whose rewrites inject
+// it (the only places the placeholder is accepted). It never reads
 // secrets_dir, so it cannot print a real value.
 func runPlaceholders(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "print" {
