@@ -40,8 +40,8 @@ func readFile(t *testing.T, path string) string {
 // accepted in the header its own host's rule rewrites (the origin gets the
 // real key there), and trips (403, ERROR line, metric, nothing sent) in
 // any other header, towards another allowed host and towards its own host
-// alike, on the plain and on the interception listener, over HTTP/1.1 and
-// HTTP/2.
+// alike, on the plain listener (HTTP/1.1 and HTTP/2 with prior knowledge)
+// and on the interception listener (HTTP/1.1 and HTTP/2).
 func TestPlaceholdersThroughBothListeners(t *testing.T) {
 	h, dir := placeholderHarness(t)
 	ph := readFile(t, filepath.Join(dir, "api-key"))
@@ -72,7 +72,9 @@ func TestPlaceholdersThroughBothListeners(t *testing.T) {
 		{"plain", plain, "http://other.example.test/"},
 		{"intercept h1", h.interceptClient("other.example.test", false), "https://other.example.test/"},
 		{"intercept h2", h.interceptClient("other.example.test", true), "https://other.example.test/"},
+		{"plain h2c", h.priorKnowledgeClient(t), "http://other.example.test/"},
 		{"plain, own host", plain, "http://api.example.test/"},
+		{"plain h2c, own host", h.priorKnowledgeClient(t), "http://api.example.test/"},
 		{"intercept h1, own host", h.interceptClient("api.example.test", false), "https://api.example.test/"},
 		{"intercept h2, own host", h.interceptClient("api.example.test", true), "https://api.example.test/"},
 	} {
@@ -96,8 +98,8 @@ func TestPlaceholdersThroughBothListeners(t *testing.T) {
 			alarms++
 		}
 	}
-	if alarms != 6 {
-		t.Errorf("%d tripwire lines, want 6", alarms)
+	if alarms != 8 {
+		t.Errorf("%d tripwire lines, want 8", alarms)
 	}
 
 	for _, tc := range []struct {
@@ -106,6 +108,7 @@ func TestPlaceholdersThroughBothListeners(t *testing.T) {
 		u    string
 	}{
 		{"plain", plain, "http://api.example.test/"},
+		{"plain h2c", h.priorKnowledgeClient(t), "http://api.example.test/"},
 		{"intercept h1", h.interceptClient("api.example.test", false), "https://api.example.test/"},
 		{"intercept h2", h.interceptClient("api.example.test", true), "https://api.example.test/"},
 	} {
