@@ -143,7 +143,7 @@ func checkSecrets(cfg *config.Config, refs []string) []string {
 	}
 	snap := store.Snapshot()
 	for i, r := range cfg.Policy.Rules {
-		set, err := rewrite.Compile(r.HeaderRewrites)
+		set, err := rewrite.CompileRule(r)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("egress_policy.rules[%d]: %v", i, err))
 			continue
@@ -153,17 +153,24 @@ func checkSecrets(cfg *config.Config, refs []string) []string {
 				problems = append(problems, fmt.Sprintf("egress_policy.rules[%d] (host %s): %v", i, r.Host, err))
 			}
 		}
+		// A query value is query-escaped, so any secret fits; only a
+		// missing one fails, and Missing above reports it.
 	}
 	return problems
 }
 
-// usedBy names the header rewrites that use ref.
+// usedBy names the header and query rewrites that use ref.
 func usedBy(cfg *config.Config, ref string) string {
 	var at []string
 	for i, r := range cfg.Policy.Rules {
 		for j, h := range r.HeaderRewrites {
 			if h.SecretRef == ref {
 				at = append(at, fmt.Sprintf("egress_policy.rules[%d].header_rewrites[%d]", i, j))
+			}
+		}
+		for j, q := range r.QueryRewrites {
+			if q.SecretRef == ref {
+				at = append(at, fmt.Sprintf("egress_policy.rules[%d].query_rewrites[%d]", i, j))
 			}
 		}
 	}

@@ -291,6 +291,11 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 				fmt.Fprintf(w, "secret:   %q for header %s: no file %s; the real request gets %d and is not forwarded\n", rw.SecretRef, rw.Name, p, res.status)
 			}
 		}
+		for _, q := range rule.QueryRewrites {
+			if p, ok := e.missing[q.SecretRef]; ok {
+				fmt.Fprintf(w, "secret:   %q for query parameter %s: no file %s; the real request gets %d and is not forwarded\n", q.SecretRef, q.Name, p, res.status)
+			}
+		}
 	}
 	if res.httpsWithoutInterception {
 		plain := *u
@@ -374,6 +379,7 @@ func (e *explainer) printHeaders(w io.Writer, rule *config.Rule) {
 	for _, name := range rule.RemoveHeaders {
 		fmt.Fprintf(w, "removes:  %s (deleted if the client sends it; never added)\n", name)
 	}
+	e.printQuery(w, rule)
 	if len(rule.HeaderRewrites) == 0 {
 		fmt.Fprintln(w, "headers:  none injected")
 		return
@@ -390,10 +396,22 @@ func (e *explainer) printHeaders(w io.Writer, rule *config.Rule) {
 	}
 }
 
+// printQuery lists the query parameters the handler set in the outbound
+// request (query_rewrites): names and secret refs, never values.
+func (e *explainer) printQuery(w io.Writer, rule *config.Rule) {
+	sent := e.rt.out.URL.Query()
+	for _, q := range rule.QueryRewrites {
+		if len(sent[q.Name]) == 0 {
+			continue // not sent: never claim an injection the handler did not make
+		}
+		fmt.Fprintf(w, "query:    %s (replaces every %s parameter the client sent; from secret %q)\n", q.Name, q.Name, q.SecretRef)
+	}
+}
+
 // printScrub says whether the response to a request whose rule injects a
 // secret is scrubbed of reflected values (scrub_responses).
 func printScrub(w io.Writer, rule *config.Rule) {
-	if rule == nil || !slices.ContainsFunc(rule.HeaderRewrites, func(rw config.HeaderRewrite) bool { return rw.SecretRef != "" }) {
+	if rule == nil || !slices.ContainsFunc(rule.HeaderRewrites, func(rw config.HeaderRewrite) bool { return rw.SecretRef != "" }) && len(rule.QueryRewrites) == 0 {
 		return
 	}
 	if rule.ScrubResponses {

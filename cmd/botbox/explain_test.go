@@ -106,6 +106,52 @@ func TestExplainRoutes(t *testing.T) {
 	}
 }
 
+// TestExplainQueryRewrites: explain names the query parameter a rule's
+// query_rewrites set and the Basic header template, with their secret
+// refs and never a value; a missing query secret is named.
+func TestExplainQueryRewrites(t *testing.T) {
+	extra := `    - host: maps.example.test
+      action: allow
+      query_rewrites:
+        - name: key
+          value: "{value}"
+          secret_ref: google-api-key
+    - host: git.example.test
+      action: allow
+      header_rewrites:
+        - name: Authorization
+          value: "{basic:x-access-token}"
+          secret_ref: github-token
+`
+	sec := secretsWith(t, map[string]string{"openai-api-key": "sk-real\n", "google-api-key": "AIza-real-value\n", "github-token": "ghp_real\n"})
+	p := explainConfig(t, sec, extra)
+	code, out, errOut := runArgs(t, nil, "explain", "-c", p, "http://maps.example.test/geo?key=mine&q=1")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	for _, w := range []string{`query:    key (replaces every key parameter the client sent; from secret "google-api-key")`,
+		"upstream: https://maps.example.test/geo?q=1&key=", "response: injected values masked"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	all := out
+	code, out, _ = runArgs(t, nil, "explain", "-c", p, "http://git.example.test/r.git/info/refs")
+	if code != 0 || !strings.Contains(out, `header:   Authorization (replaces any client value; from secret "github-token")`) {
+		t.Errorf("git: exit %d\n%s", code, out)
+	}
+	for _, v := range []string{"AIza-real-value", "ghp_real"} {
+		if strings.Contains(all+out, v) {
+			t.Errorf("explain prints %q", v)
+		}
+	}
+	p = explainConfig(t, secretsWith(t, map[string]string{"openai-api-key": "x\n"}), extra)
+	code, out, _ = runArgs(t, nil, "explain", "-c", p, "http://maps.example.test/geo")
+	if code != 1 || !strings.Contains(out, `secret:   "google-api-key" for query parameter key: no file`) {
+		t.Errorf("missing query secret: exit %d\n%s", code, out)
+	}
+}
+
 // TestExplainMissingSecret: a rule whose secret file is absent is allowed by
 // policy, but the real request gets 500 and is not forwarded: explain says
 // so and exits 1.

@@ -19,7 +19,8 @@ const usagePlaceholders = "botbox placeholders print [-c PATH]"
 // the policy, its environment variable, the file BotBox writes, the
 // placeholder in it (read from placeholders.dir, as a running BotBox wrote
 // it) and the hosts it may go to: those of the allow rules that reference
-// the secret, where it is swapped for the real key. It never reads
+// the secret, with the headers and query parameters whose rewrites inject
+// it (the only places the placeholder is accepted). It never reads
 // secrets_dir, so it cannot print a real value.
 func runPlaceholders(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "print" {
@@ -61,33 +62,42 @@ func runPlaceholders(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "\n%s\n  env:         %s\n  file:        %s\n  placeholder: %s\n  may go to:   %s\n",
 			ref, secretref.EnvName(ref), file, ph, strings.Join(hostsOf(cfg, ref), ", "))
 	}
-	fmt.Fprintln(stdout, "\n# Sent anywhere else (another host, default_action allow, a denied host) it is refused: 403, secret_tripwire.")
+	fmt.Fprintln(stdout, "\n# Sent anywhere else (another host, another header or query parameter, the path, the body, default_action allow, a denied host) it is refused: 403, secret_tripwire.")
 	return exitOK
 }
 
 // hostsOf lists the hosts (with their ports other than 443) of the allow
-// rules that reference ref: where its placeholder is swapped for the key.
+// rules that reference ref, each with the headers and query parameters
+// whose rewrites inject it: the only places its placeholder is accepted.
 func hostsOf(cfg *config.Config, ref string) []string {
 	var hosts []string
 	for _, r := range cfg.Policy.Rules {
 		if r.Action != config.ActionAllow {
 			continue
 		}
+		var at []string
 		for _, h := range r.HeaderRewrites {
-			if h.SecretRef != ref {
-				continue
+			if h.SecretRef == ref {
+				at = append(at, "header "+h.Name)
 			}
-			host := r.Host
-			if len(r.AllowedPorts) > 0 && !(len(r.AllowedPorts) == 1 && r.AllowedPorts[0] == 443) {
-				ports := make([]string, len(r.AllowedPorts))
-				for i, p := range r.AllowedPorts {
-					ports[i] = fmt.Sprint(p)
-				}
-				host += " (ports " + strings.Join(ports, ",") + ")"
-			}
-			hosts = append(hosts, host)
-			break
 		}
+		for _, q := range r.QueryRewrites {
+			if q.SecretRef == ref {
+				at = append(at, "query parameter "+q.Name)
+			}
+		}
+		if len(at) == 0 {
+			continue
+		}
+		host := r.Host
+		if len(r.AllowedPorts) > 0 && !(len(r.AllowedPorts) == 1 && r.AllowedPorts[0] == 443) {
+			ports := make([]string, len(r.AllowedPorts))
+			for i, p := range r.AllowedPorts {
+				ports[i] = fmt.Sprint(p)
+			}
+			host += " (ports " + strings.Join(ports, ",") + ")"
+		}
+		hosts = append(hosts, host+" in "+strings.Join(at, ", "))
 	}
 	if len(hosts) == 0 {
 		return []string{"(nowhere: only deny rules reference it)"}

@@ -57,7 +57,7 @@ egress_policy:
 	}
 	for _, want := range []string{
 		"openai-api-key\n  env:         OPENAI_API_KEY\n  file:        " + filepath.Join(phDir, "openai-api-key") +
-			"\n  placeholder: sk-proj-PLACEHOLDERabcdefgh0123456789\n  may go to:   api.openai.com, openai.example.test (ports 443,8443)\n",
+			"\n  placeholder: sk-proj-PLACEHOLDERabcdefgh0123456789\n  may go to:   api.openai.com in header Authorization, openai.example.test (ports 443,8443) in header X-Key\n",
 		"github-token\n  env:         GITHUB_TOKEN\n",
 		"placeholder: (not written",
 		"may go to:   (nowhere: only deny rules reference it)",

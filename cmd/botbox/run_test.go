@@ -258,3 +258,27 @@ func TestNetfilterPrintDefaults(t *testing.T) {
 		t.Errorf("empty IPv6 variable: %d %q", code, errOut)
 	}
 }
+
+// TestCheckQueryRewrites: `botbox check` shows query_rewrites in the
+// effective config (names and secret refs) and refuses bad ones with
+// their line; --files names a missing query secret by its rewrite.
+func TestCheckQueryRewrites(t *testing.T) {
+	good := "egress_policy:\n  rules:\n    - host: maps.example.test\n      action: allow\n      query_rewrites:\n        - {name: key, value: \"{value}\", secret_ref: google-api-key}\n"
+	p := writeFile(t, t.TempDir(), "config.yaml", good)
+	code, out, errOut := runArgs(t, nil, "check", "-c", p)
+	if code != 0 || !strings.Contains(out, "query_rewrites:\n        - name: key\n          value: '{value}'\n          secret_ref: google-api-key\n") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	bad := strings.Replace(good, "{name: key,", "{name: \"k&ey\",", 1) + "        - {name: key, value: \"{basic:u}\", secret_ref: x}\n"
+	code, _, errOut = runArgs(t, nil, "check", "-c", writeFile(t, t.TempDir(), "config.yaml", bad))
+	if code != 1 || !strings.Contains(errOut, "line 6: egress_policy.rules[0].query_rewrites[0].name: invalid query parameter name 'k&ey'") ||
+		!strings.Contains(errOut, "line 7: egress_policy.rules[0].query_rewrites[1].value:") {
+		t.Errorf("exit %d\n%s", code, errOut)
+	}
+	sec := t.TempDir()
+	files := writeFile(t, t.TempDir(), "config.yaml", "secrets_dir: "+sec+"\n"+good)
+	code, _, errOut = runArgs(t, nil, "check", "--files", files)
+	if code != 1 || !strings.Contains(errOut, `secret_ref "google-api-key" (egress_policy.rules[0].query_rewrites[0])`) {
+		t.Errorf("--files: exit %d\n%s", code, errOut)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -717,6 +718,14 @@ func TestRewriteValidation(t *testing.T) {
 		{name: "secret_ref dotfile", rewrite: `{name: X, value: "{value}", secret_ref: ".hidden"}`, wantErr: "must be a plain file name"},
 		{name: "secret_ref data dir", rewrite: `{name: X, value: "{value}", secret_ref: "..data"}`, wantErr: "must be a plain file name"},
 		{name: "secret_ref space", rewrite: `{name: X, value: "{value}", secret_ref: "a b"}`, wantErr: "must be a plain file name"},
+		{name: "ok basic", rewrite: `{name: Authorization, value: "{basic:x-access-token}", secret_ref: gh}`},
+		{name: "ok basic empty user", rewrite: `{name: Authorization, value: "{basic:}", secret_ref: gh}`},
+		{name: "basic not whole value", rewrite: `{name: Authorization, value: "Basic {basic:x}", secret_ref: gh}`, wantErr: "{basic:USER} must be the whole value"},
+		{name: "basic unclosed", rewrite: `{name: Authorization, value: "{basic:x", secret_ref: gh}`, wantErr: "closed by one '}'"},
+		{name: "basic text after", rewrite: `{name: Authorization, value: "{basic:x}{value}", secret_ref: gh}`, wantErr: "closed by one '}'"},
+		{name: "basic colon in user", rewrite: `{name: Authorization, value: "{basic:a:b}", secret_ref: gh}`, wantErr: "not allowed at offset 1"},
+		{name: "basic space in user", rewrite: `{name: Authorization, value: "{basic:a b}", secret_ref: gh}`, wantErr: "not allowed at offset 1"},
+		{name: "basic without secret_ref", rewrite: `{name: Authorization, value: "{basic:x}"}`, wantErr: "uses {basic:USER} without a secret_ref"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -732,6 +741,84 @@ func TestRewriteValidation(t *testing.T) {
 				t.Errorf("error echoes a header value: %q", got)
 			}
 		})
+	}
+}
+
+// TestQueryRewriteValidation: query_rewrites entries are checked with
+// their line, and no message quotes a value.
+func TestQueryRewriteValidation(t *testing.T) {
+	t.Parallel()
+	const canary = "CANARY-literal-5f2b"
+	tests := []struct {
+		name, rewrites, wantErr string
+	}{
+		{name: "ok", rewrites: `[{name: key, value: "{value}", secret_ref: google-api-key}]`},
+		{name: "ok two", rewrites: `[{name: key, value: "{value}", secret_ref: a}, {name: sig.v-1_~, value: "x{value}", secret_ref: b}]`},
+		{name: "empty name", rewrites: `[{name: "", value: "{value}", secret_ref: a}]`, wantErr: "[0].name: empty query parameter name"},
+		{name: "missing name", rewrites: `[{value: "{value}", secret_ref: a}]`, wantErr: "[0].name: empty query parameter name"},
+		{name: "ampersand", rewrites: `[{name: "a&b", value: "{value}", secret_ref: a}]`, wantErr: "[0].name: invalid query parameter name 'a&b'"},
+		{name: "semicolon", rewrites: `[{name: "a;b", value: "{value}", secret_ref: a}]`, wantErr: "invalid query parameter name"},
+		{name: "percent", rewrites: `[{name: "%6Bey", value: "{value}", secret_ref: a}]`, wantErr: "invalid query parameter name"},
+		{name: "duplicate", rewrites: `[{name: key, value: "{value}", secret_ref: a}, {name: key, value: "{value}", secret_ref: b}]`, wantErr: "[1].name: query parameter 'key' is set twice"},
+		{name: "no secret_ref", rewrites: `[{name: key, value: "{value}"}]`, wantErr: "[0].secret_ref: required key is missing"},
+		{name: "bad secret_ref", rewrites: `[{name: key, value: "{value}", secret_ref: "../x"}]`, wantErr: "[0].secret_ref: secret_ref '../x' for query parameter 'key' must be"},
+		{name: "no value", rewrites: `[{name: key, secret_ref: a}]`, wantErr: "[0].value: required key is missing"},
+		{name: "no placeholder", rewrites: `[{name: key, value: "` + canary + `", secret_ref: a}]`, wantErr: "[0].value: value template of query parameter 'key' for host 'a.com': the value has no {value} placeholder"},
+		{name: "basic", rewrites: `[{name: key, value: "{basic:u}", secret_ref: a}]`, wantErr: "{basic:USER} is only valid in header_rewrites"},
+		{name: "control", rewrites: `[{name: key, value: "` + canary + `\t{value}", secret_ref: a}]`, wantErr: "has a control character"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			src := "egress_policy:\n  rules:\n    - host: a.com\n      action: allow\n      query_rewrites: " + tt.rewrites + "\n"
+			if tt.wantErr == "" {
+				c := mustParse(t, src)
+				if refs := c.RequiredSecretRefs(); len(refs) == 0 {
+					t.Error("query_rewrites secret_refs are not required secrets")
+				}
+				return
+			}
+			got := parseErr(t, src)
+			wantContains(t, got, "line 5: egress_policy.rules[0].query_rewrites", tt.wantErr)
+			if strings.Contains(got, canary) {
+				t.Errorf("error echoes a value: %q", got)
+			}
+		})
+	}
+}
+
+// TestParseTemplate is the template grammar, table-driven.
+func TestParseTemplate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		basicOK bool
+		want    Template
+		wantErr bool
+	}{
+		{in: "Bearer {value}", basicOK: true, want: Template{Parts: []string{"Bearer ", ""}}},
+		{in: "{value}:{value}", want: Template{Parts: []string{"", ":", ""}}},
+		{in: "{basic:x-access-token}", basicOK: true, want: Template{Basic: true, BasicUser: "x-access-token"}},
+		{in: "{basic:}", basicOK: true, want: Template{Basic: true}},
+		{in: "{basic:x}", wantErr: true},
+		{in: "{basic:x", basicOK: true, wantErr: true},
+		{in: "{basic:x}}", basicOK: true, wantErr: true},
+		{in: "Basic {basic:x}", basicOK: true, wantErr: true},
+		{in: "{value}{basic:x}", basicOK: true, wantErr: true},
+		{in: "{basic:" + strings.Repeat("u", 256) + "}", basicOK: true, wantErr: true},
+		{in: "{basic:\x7f}", basicOK: true, wantErr: true},
+		{in: "no token", wantErr: true},
+		{in: "", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseTemplate(tt.in, tt.basicOK)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseTemplate(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err == nil && (got.Basic != tt.want.Basic || got.BasicUser != tt.want.BasicUser || !slices.Equal(got.Parts, tt.want.Parts)) {
+			t.Errorf("ParseTemplate(%q) = %+v, want %+v", tt.in, got, tt.want)
+		}
 	}
 }
 

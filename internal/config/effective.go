@@ -74,6 +74,7 @@ type effRule struct {
 	Action         Action       `yaml:"action"`
 	AllowedPorts   []uint16     `yaml:"allowed_ports,flow"`
 	HeaderRewrites []effRewrite `yaml:"header_rewrites,omitempty"`
+	QueryRewrites  []effRewrite `yaml:"query_rewrites,omitempty"`
 
 	RemoveHeaders           []string      `yaml:"remove_headers,omitempty,flow"`
 	ResponseHeaderTimeoutMS int64         `yaml:"response_header_timeout_ms,omitempty"`
@@ -169,6 +170,9 @@ func (c *Config) Effective() ([]byte, error) {
 		for _, h := range r.HeaderRewrites {
 			er.HeaderRewrites = append(er.HeaderRewrites, effRewrite(h))
 		}
+		for _, q := range r.QueryRewrites {
+			er.QueryRewrites = append(er.QueryRewrites, effRewrite(q))
+		}
 		for _, rt := range r.Routes {
 			er.Routes = append(er.Routes, effRoute(rt))
 		}
@@ -177,7 +181,7 @@ func (c *Config) Effective() ([]byte, error) {
 		if rl := r.RateLimit; rl != nil {
 			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
 		}
-		if r.Action == ActionAllow && len(r.HeaderRewrites) > 0 {
+		if r.Action == ActionAllow && (len(r.HeaderRewrites) > 0 || len(r.QueryRewrites) > 0) {
 			// Shown where it acts: only injected values are scrubbed.
 			er.ScrubResponses = &r.ScrubResponses
 		}

@@ -87,3 +87,32 @@ func FuzzParseResolver(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseTemplate holds that ParseTemplate never panics, that a template
+// it accepts renders back to its input (nothing is dropped or invented),
+// that a Basic template's user has no ':' and that {basic:...} is never
+// accepted where it is not allowed.
+func FuzzParseTemplate(f *testing.F) {
+	for _, s := range []string{"Bearer {value}", "{basic:x-access-token}", "{basic:}", "{basic:x", "a{basic:b}", "{value}{value}", "", "{valu}"} {
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, in string, basicOK bool) {
+		tpl, err := ParseTemplate(in, basicOK)
+		if err != nil {
+			return
+		}
+		if tpl.String() != in {
+			t.Fatalf("ParseTemplate(%q) renders as %q", in, tpl.String())
+		}
+		if tpl.Basic {
+			if !basicOK {
+				t.Fatal("Basic accepted where not allowed")
+			}
+			if strings.ContainsAny(tpl.BasicUser, ":{}") {
+				t.Fatalf("user %q", tpl.BasicUser)
+			}
+		} else if len(tpl.Parts) < 2 || strings.Contains(in, "{basic:") {
+			t.Fatalf("accepted %q without {value} or with {basic:", in)
+		}
+	})
+}

@@ -129,6 +129,10 @@ type Rule struct {
 	Action Action
 	// HeaderRewrites are applied, in order, to allowed requests.
 	HeaderRewrites []HeaderRewrite
+	// QueryRewrites are applied, in order, to the query of allowed
+	// requests: every parameter of the name is deleted, then one is
+	// added. Names are unique within the rule.
+	QueryRewrites []QueryRewrite
 	// AllowedPorts is nil when omitted: then only 443 is allowed.
 	AllowedPorts []uint16
 	// RemoveHeaders are header names (as configured, valid tokens, unique
@@ -196,9 +200,24 @@ const (
 type HeaderRewrite struct {
 	// Name is the header name as configured (validated token).
 	Name string
-	// Value is the template; "{value}" is replaced by the secret when SecretRef is set.
+	// Value is the template (ParseTemplate) when SecretRef is set: "{value}"
+	// is replaced by the secret, or "{basic:USER}" builds a Basic
+	// credential; else the static value, used literally.
 	Value string
 	// SecretRef is the secret key (file name in SecretsDir), "" for static values.
+	SecretRef string
+}
+
+// QueryRewrite is one query_rewrites entry: a credential an API takes in
+// the query string.
+type QueryRewrite struct {
+	// Name is the parameter name, compared exactly with the decoded name
+	// of each parameter of a request (QueryParamName).
+	Name string
+	// Value is the template (ParseTemplate, without {basic:...}); the
+	// filled value is query-escaped when added.
+	Value string
+	// SecretRef is the secret key; always set.
 	SecretRef string
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -374,6 +376,7 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 	}
 	r.Routes = c.routes(path, label, r.Action, w)
 	r.RemoveHeaders = c.removeHeaders(path+".remove_headers", label, w)
+	r.QueryRewrites = c.queryRewrites(path+".query_rewrites", label, w.QueryRewrites)
 	if w.ResponseHeaderTimeoutMS != nil {
 		r.ResponseHeaderTimeout = c.ms(path+".response_header_timeout_ms", w.ResponseHeaderTimeoutMS, 0, 1, responseHeaderTimeoutMSLimit)
 	}
@@ -582,19 +585,109 @@ func (c *checker) rewrite(path, host string, w wireRewrite) (HeaderRewrite, bool
 			c.errorf(path+".secret_ref", "secret_ref '%s' for header '%s' must be %s", clip(h.SecretRef), name, secretref.Rule)
 			ok = false
 		}
-		if w.Value != nil && !strings.Contains(h.Value, "{value}") {
-			c.errorf(path+".value", "value of header '%s' for host '%s' has secret_ref '%s' but no {value} placeholder, so the secret would never be sent", name, host, clip(h.SecretRef))
-			ok = false
-		}
-		if !httpguts.ValidHeaderFieldValue(strings.ReplaceAll(h.Value, "{value}", "")) {
-			c.errorf(path+".value", "value template of header '%s' for host '%s' contains characters not allowed in a header value (CR, LF, NUL or another control character)", name, host)
-			ok = false
+		if w.Value != nil {
+			if t, err := ParseTemplate(h.Value, true); errors.Is(err, ErrNoValueToken) {
+				c.errorf(path+".value", "value of header '%s' for host '%s' has secret_ref '%s' but no {value} placeholder, so the secret would never be sent", name, host, clip(h.SecretRef))
+				ok = false
+			} else if err != nil {
+				c.errorf(path+".value", "value template of header '%s' for host '%s' (secret_ref '%s'): %v", name, host, clip(h.SecretRef), err)
+				ok = false
+			} else if !t.Basic && !httpguts.ValidHeaderFieldValue(strings.Join(t.Parts, "")) {
+				c.errorf(path+".value", "value template of header '%s' for host '%s' contains characters not allowed in a header value (CR, LF, NUL or another control character)", name, host)
+				ok = false
+			}
 		}
 	} else if !httpguts.ValidHeaderFieldValue(h.Value) {
 		c.errorf(path+".value", "static value of header '%s' for host '%s' contains characters not allowed in a header value (CR, LF, NUL or another control character)", name, host)
 		ok = false
+	} else if strings.Contains(h.Value, templateBasicOpen) {
+		c.errorf(path+".value", "value of header '%s' for host '%s' uses {basic:USER} without a secret_ref; add the secret_ref whose value is the password", name, host)
+		ok = false
 	}
 	return h, ok
+}
+
+// queryRewrites validates a rule's query_rewrites: each a valid parameter
+// name (ValidQueryParamName), unique within the rule (compared exactly, as
+// the rewrite matches), a valid secret_ref (required) and a template with
+// {value} (ParseTemplate; no {basic:...}) whose literal parts are valid
+// UTF-8 without control characters.
+func (c *checker) queryRewrites(path, host string, ws []wireRewrite) []QueryRewrite {
+	var out []QueryRewrite
+	seen := map[string]int{}
+	for j, w := range ws {
+		p := fmt.Sprintf("%s[%d]", path, j)
+		q := QueryRewrite{Name: str(w.Name, ""), Value: str(w.Value, ""), SecretRef: str(w.SecretRef, "")}
+		ok := true
+		switch {
+		case q.Name == "":
+			c.errorf(p+".name", "empty query parameter name in query_rewrites for host '%s'", host)
+			ok = false
+		case !ValidQueryParamName(q.Name):
+			c.errorf(p+".name", "invalid query parameter name '%s' in query_rewrites for host '%s' (1 to %d of A-Z a-z 0-9 - . _ ~)", clip(q.Name), host, maxQueryParamName)
+			ok = false
+		default:
+			if k, dup := seen[q.Name]; dup {
+				c.errorf(p+".name", "query parameter '%s' is set twice in query_rewrites for host '%s' (first at %s[%d])", q.Name, host, path, k)
+				ok = false
+			}
+			seen[q.Name] = j
+		}
+		switch {
+		case w.SecretRef == nil:
+			c.errorf(p+".secret_ref", "required key is missing: a query rewrite injects a secret")
+			ok = false
+		case !secretref.Valid(q.SecretRef):
+			c.errorf(p+".secret_ref", "secret_ref '%s' for query parameter '%s' must be %s", clip(q.SecretRef), clip(q.Name), secretref.Rule)
+			ok = false
+		}
+		if w.Value == nil {
+			c.errorf(p+".value", "required key is missing")
+			ok = false
+		} else if t, err := ParseTemplate(q.Value, false); err != nil {
+			c.errorf(p+".value", "value template of query parameter '%s' for host '%s': %v", clip(q.Name), host, err)
+			ok = false
+		} else if !validQueryLiteral(strings.Join(t.Parts, "")) {
+			c.errorf(p+".value", "value template of query parameter '%s' for host '%s' is not valid UTF-8 or has a control character", clip(q.Name), host)
+			ok = false
+		}
+		if ok {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// maxQueryParamName bounds a query_rewrites name.
+const maxQueryParamName = 128
+
+// ValidQueryParamName reports whether name may be a query_rewrites name:
+// 1 to 128 unreserved characters (RFC 3986: letters, digits, '-', '.',
+// '_', '~'), so that it is sent as written and no origin reads a
+// separator (';', '&', '=') or an escape into it.
+func ValidQueryParamName(name string) bool {
+	if name == "" || len(name) > maxQueryParamName {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~') {
+			return false
+		}
+	}
+	return true
+}
+
+func validQueryLiteral(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < ' ' || r == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // ReservedHeader reports (case-insensitively) the headers a rewrite may not
@@ -771,6 +864,9 @@ func (c *Config) RequiredSecretRefs() []string {
 			if h.SecretRef != "" {
 				refs = append(refs, h.SecretRef)
 			}
+		}
+		for _, q := range r.QueryRewrites {
+			refs = append(refs, q.SecretRef)
 		}
 	}
 	slices.Sort(refs)

@@ -69,6 +69,7 @@ type wireRule struct {
 	Host           *string       `yaml:"host"`
 	Action         *string       `yaml:"action"`
 	HeaderRewrites []wireRewrite `yaml:"header_rewrites"`
+	QueryRewrites  []wireRewrite `yaml:"query_rewrites"`
 	AllowedPorts   []int64       `yaml:"allowed_ports"`
 
 	RemoveHeaders           []string       `yaml:"remove_headers"`
@@ -93,7 +94,7 @@ type wireRateLimit struct {
 	Burst             *int64   `yaml:"burst"`
 }
 
-// wireRewrite is one header_rewrites entry.
+// wireRewrite is one header_rewrites or query_rewrites entry.
 type wireRewrite struct {
 	Name      *string `yaml:"name"`
 	Value     *string `yaml:"value"`

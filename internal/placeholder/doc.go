@@ -28,15 +28,17 @@
 // listed at [Form] (as is, percent-encoded, JSON-escaped, inside standard
 // or URL-safe base64 at any alignment: Basic auth); [Table.InspectName]
 // does the same for a host or DNS name (as is, case-insensitively);
-// [Table.SwapHeader] and [Table.SwapQuery] replace the placeholders of the
-// secrets a request may carry by the real values. Placeholders the process
-// issued before a shape-changing rotation stay in the table (at most
-// [maxRetired] per secret_ref), so an app started with an older env file is
-// still swapped and still trips.
+// [Table.FindHeader] and [Table.FindURL] judge each header and URL part
+// on its own. Nothing here puts a real value into a request: the real key
+// goes only where a rule's header_rewrites or query_rewrites put it
+// (package rewrite), which replace the app's header or parameter whole; a
+// placeholder is accepted only there. Placeholders the process issued
+// before a shape-changing rotation stay in the table (at most
+// [maxRetired] per secret_ref), so an app started with an older env file
+// is still accepted there and still trips elsewhere.
 //
 // Outside package secrets, this package and package rewrite are the only
-// ones that call secrets.Value.Reveal: to learn a value's shape and to
-// swap it in. Errors and logs name secret_refs, never values or
+// ones that call secrets.Value.Reveal: to learn a value's shape. Errors and logs name secret_refs, never values or
 // placeholders.
 //
 // Typical use:

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
-
-	"golang.org/x/net/http/httpguts"
 
 	"github.com/botbox/botbox/internal/secrets"
 )
@@ -201,20 +198,31 @@ func (t *Table) Find(b []byte, allowed Allowed) (ref string, form Form, found bo
 	return "", "", false
 }
 
-// FindHeader is Find over every header value of h, and over every header
-// name as InspectName (names are case-insensitive, and canonicalised).
-func (t *Table) FindHeader(h http.Header, allowed Allowed) (ref string, form Form, found bool) {
+// HeaderAllowed reports whether the header named name (as the request
+// map keys it) may carry the placeholders of secret_ref ref: the header is
+// one a rewrite of the request's rule replaces with that secret.
+type HeaderAllowed func(name, ref string) bool
+
+// FindHeader is Find over every header value of h, each judged with
+// allowed for its own header (nil accepts none), and over every header
+// name as InspectName (a placeholder in a name is never accepted: names
+// are case-insensitive, and canonicalised).
+func (t *Table) FindHeader(h http.Header, allowed HeaderAllowed) (ref string, form Form, found bool) {
 	if t.Len() == 0 {
 		return "", "", false
 	}
 	for k, vs := range h {
 		if len(k) >= t.minLen {
-			if ref, found = t.InspectName(k); found && (allowed == nil || !allowed(ref)) {
+			if ref, found = t.InspectName(k); found {
 				return ref, FormLiteral, true
 			}
 		}
+		var accept Allowed
+		if allowed != nil {
+			accept = func(ref string) bool { return allowed(k, ref) }
+		}
 		for _, v := range vs {
-			if ref, form, found = t.FindString(v, allowed); found {
+			if ref, form, found = t.FindString(v, accept); found {
 				return ref, form, true
 			}
 		}
@@ -222,29 +230,41 @@ func (t *Table) FindHeader(h http.Header, allowed Allowed) (ref string, form For
 	return "", "", false
 }
 
-// FindURL is Find over a request target's escaped path and raw query, as
-// sent and percent-decoded once (a placeholder spelled %73k-… is found).
+// FindURL is Find over a request target's escaped path, raw query, opaque
+// part, fragment and userinfo, each as sent and percent-decoded once (a
+// placeholder spelled %73k-… is found). allowed applies to every part
+// (nil accepts none): the proxy passes nil, and judges the parameters a
+// query rewrite replaces on their own (FindEncoded).
 func (t *Table) FindURL(u *url.URL, allowed Allowed) (ref string, form Form, found bool) {
 	if t.Len() == 0 || u == nil {
 		return "", "", false
 	}
 	for _, raw := range [...]string{u.EscapedPath(), u.RawQuery, u.Opaque, u.RawFragment} {
-		if raw == "" {
-			continue
-		}
-		if ref, form, found = t.FindString(raw, allowed); found {
+		if ref, form, found = t.FindEncoded(raw, allowed); found {
 			return ref, form, true
-		}
-		if strings.IndexByte(raw, '%') >= 0 {
-			if dec, err := url.PathUnescape(raw); err == nil {
-				if ref, _, found = t.FindString(dec, allowed); found {
-					return ref, FormPercent, true
-				}
-			}
 		}
 	}
 	if u.User != nil {
-		return t.FindString(u.User.String(), allowed)
+		return t.FindEncoded(u.User.String(), allowed)
+	}
+	return "", "", false
+}
+
+// FindEncoded is FindString over raw as sent and, when raw holds a '%',
+// percent-decoded once (FormPercent).
+func (t *Table) FindEncoded(raw string, allowed Allowed) (ref string, form Form, found bool) {
+	if raw == "" {
+		return "", "", false
+	}
+	if ref, form, found = t.FindString(raw, allowed); found {
+		return ref, form, true
+	}
+	if strings.IndexByte(raw, '%') >= 0 {
+		if dec, err := url.PathUnescape(raw); err == nil {
+			if ref, _, found = t.FindString(dec, allowed); found {
+				return ref, FormPercent, true
+			}
+		}
 	}
 	return "", "", false
 }
@@ -289,168 +309,8 @@ func lowerASCII(b byte) byte {
 	return b
 }
 
-// Lookup resolves a secret_ref to its value (*secrets.Snapshot).
+// Lookup resolves a secret_ref to its value (*secrets.Snapshot): the
+// Manager learns each value's shape through it.
 type Lookup interface {
 	Lookup(ref string) (secrets.Value, bool)
-}
-
-// SwapError reports a swap that could not be done: the secret is missing,
-// or its value is not valid where the placeholder stood. It names the
-// secret_ref, never a value.
-type SwapError struct {
-	Ref    string
-	Reason string
-	// Missing is true when the secret is not in the snapshot.
-	Missing bool
-}
-
-func (e *SwapError) Error() string {
-	return fmt.Sprintf("swapping the placeholder of secret %q: %s", e.Ref, e.Reason)
-}
-
-// swap holds the replacements for the refs a request may carry.
-type swap struct {
-	old, new []string
-}
-
-func (t *Table) swaps(refs []string, lookup Lookup, encode func(string) string) (swap, error) {
-	var sw swap
-	for _, e := range t.entries {
-		if !contains(refs, e.Ref) {
-			continue
-		}
-		var v secrets.Value
-		ok := false
-		if lookup != nil {
-			v, ok = lookup.Lookup(e.Ref)
-		}
-		if !ok {
-			return swap{}, &SwapError{Ref: e.Ref, Reason: "secret not found", Missing: true}
-		}
-		val := string(v.Reveal())
-		sw.old = append(sw.old, e.Placeholder)
-		sw.new = append(sw.new, val)
-		if encode != nil {
-			if ep, ev := encode(e.Placeholder), encode(val); ep != e.Placeholder {
-				sw.old = append(sw.old, ep)
-				sw.new = append(sw.new, ev)
-			}
-		}
-	}
-	return sw, nil
-}
-
-func (sw swap) apply(s string) (string, bool) {
-	changed := false
-	for i, o := range sw.old {
-		if strings.Contains(s, o) {
-			s = strings.ReplaceAll(s, o, sw.new[i])
-			changed = true
-		}
-	}
-	return s, changed
-}
-
-func contains(refs []string, ref string) bool {
-	for _, r := range refs {
-		if r == ref {
-			return true
-		}
-	}
-	return false
-}
-
-// SwapHeader replaces, in every value of h, each placeholder of the
-// secrets refs names by the secret's value, also inside a Basic
-// credential (base64 of user:password is decoded, swapped and encoded
-// again). Values are resolved only when a placeholder is present. On
-// error h may be partly swapped and must not be sent. It returns the
-// number of values changed.
-func (t *Table) SwapHeader(h http.Header, refs []string, lookup Lookup) (int, error) {
-	if t.Len() == 0 || len(refs) == 0 {
-		return 0, nil
-	}
-	var (
-		sw     swap
-		loaded bool
-		n      int
-	)
-	load := func() error {
-		if loaded {
-			return nil
-		}
-		var err error
-		sw, err = t.swaps(refs, lookup, nil)
-		loaded = true
-		return err
-	}
-	for k, vs := range h {
-		for i, v := range vs {
-			if !t.carries(v, refs) && !isBasic(v) {
-				continue
-			}
-			if err := load(); err != nil {
-				return n, err
-			}
-			nv, changed := sw.apply(v)
-			if !changed && isBasic(v) {
-				nv, changed = swapBasic(v, sw)
-			}
-			if !changed {
-				continue
-			}
-			if !httpguts.ValidHeaderFieldValue(nv) {
-				return n, &SwapError{Ref: strings.Join(refs, ","), Reason: fmt.Sprintf("the value is not valid in header %q", k)}
-			}
-			vs[i] = nv
-			n++
-		}
-	}
-	return n, nil
-}
-
-// carries reports whether s holds the literal placeholder of one of refs.
-func (t *Table) carries(s string, refs []string) bool {
-	for _, e := range t.entries {
-		if contains(refs, e.Ref) && strings.Contains(s, e.Placeholder) {
-			return true
-		}
-	}
-	return false
-}
-
-func isBasic(v string) bool {
-	return len(v) > 6 && strings.EqualFold(v[:6], "basic ")
-}
-
-func swapBasic(v string, sw swap) (string, bool) {
-	enc := strings.TrimSpace(v[6:])
-	dec, err := base64.StdEncoding.DecodeString(enc)
-	if err != nil {
-		return v, false
-	}
-	nd, changed := sw.apply(string(dec))
-	if !changed {
-		return v, false
-	}
-	return v[:6] + base64.StdEncoding.EncodeToString([]byte(nd)), true
-}
-
-// SwapQuery returns rawQuery with each placeholder of the secrets refs
-// names replaced by the secret's value: a literal placeholder by the value
-// as is (their bytes differ only in letters and digits), a percent-encoded
-// one by the value encoded the same way.
-func (t *Table) SwapQuery(rawQuery string, refs []string, lookup Lookup) (string, error) {
-	if t.Len() == 0 || len(refs) == 0 || rawQuery == "" {
-		return rawQuery, nil
-	}
-	if _, _, found := t.FindString(rawQuery, func(ref string) bool { return !contains(refs, ref) }); !found {
-		return rawQuery, nil
-	}
-	sw, err := t.swaps(refs, lookup, url.QueryEscape)
-	if err != nil {
-		return "", err
-	}
-	q, _ := sw.apply(rawQuery)
-	return q, nil
 }

@@ -128,56 +128,59 @@ func snapshot(kv ...string) *secrets.Snapshot {
 	return secrets.NewSnapshot(m)
 }
 
-func TestSwap(t *testing.T) {
+// TestFindHeaderPerHeader: a placeholder is accepted only in the header
+// (any key case) that allowed names for its own secret; the same
+// placeholder in another header, the other secret's placeholder in that
+// header, and a placeholder in a header name are found.
+func TestFindHeaderPerHeader(t *testing.T) {
 	t.Parallel()
 	tab, openai, other := testTable(t)
-	real := formats[0].value
-	oddReal := "ab+cd/ef=gh\"ij<kl>mn&opqqqqqqqq"
-	snap := snapshot("openai-api-key", real, "odd-key", oddReal)
-	h := http.Header{
-		"X-Api-Key":     {openai},
-		"X-Two":         {"a " + openai + " b " + openai},
-		"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("user:"+openai))},
-		"X-Other":       {other}, // not the rule's secret: left alone (the tripwire's business)
-		"X-Plain":       {"nothing"},
+	allowed := func(name, ref string) bool {
+		return strings.EqualFold(name, "Authorization") && ref == "openai-api-key"
 	}
-	n, err := tab.SwapHeader(h, []string{"openai-api-key"}, snap)
-	if err != nil {
-		t.Fatal(err)
+	basic := func(s string) string {
+		return "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+s))
 	}
-	if n != 3 {
-		t.Errorf("SwapHeader changed %d values, want 3", n)
+	tests := []struct {
+		name    string
+		h       http.Header
+		wantRef string // "" for none found
+	}{
+		{"own header", http.Header{"Authorization": {"Bearer " + openai}}, ""},
+		{"own header, Basic", http.Header{"Authorization": {basic(openai)}}, ""},
+		{"own header, odd key case", http.Header{"authorization": {openai}}, ""},
+		{"another header", http.Header{"X-Api-Key": {openai}}, "openai-api-key"},
+		{"another header, Basic", http.Header{"Proxy-Authorization": {basic(openai)}}, "openai-api-key"},
+		{"cookie", http.Header{"Cookie": {"a=" + url.QueryEscape(openai)}}, "openai-api-key"},
+		{"other secret in own header", http.Header{"Authorization": {"Bearer " + other}}, "odd-key"},
+		{"in a header name", http.Header{"X-" + openai: {"1"}}, "openai-api-key"},
 	}
-	if h.Get("X-Api-Key") != real || h.Get("X-Two") != "a "+real+" b "+real {
-		t.Error("literal placeholders not swapped")
+	for _, tt := range tests {
+		ref, _, found := tab.FindHeader(tt.h, allowed)
+		if found != (tt.wantRef != "") || ref != tt.wantRef {
+			t.Errorf("%s: FindHeader = %q, %v, want %q", tt.name, ref, found, tt.wantRef)
+		}
+		if ref, _, found := tab.FindHeader(tt.h, nil); !found || ref == "" {
+			t.Errorf("%s: FindHeader(nil) = %q, %v, want found", tt.name, ref, found)
+		}
 	}
-	if h.Get("Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("user:"+real)) {
-		t.Error("Basic credential not swapped")
-	}
-	if h.Get("X-Other") != other || h.Get("X-Plain") != "nothing" {
-		t.Error("other headers changed")
-	}
+}
 
-	q, err := tab.SwapQuery("a=1&key="+openai+"&odd="+url.QueryEscape(other), []string{"openai-api-key", "odd-key"}, snap)
-	if err != nil {
-		t.Fatal(err)
+// TestFindEncoded: FindEncoded is FindString plus one percent-decoding.
+func TestFindEncoded(t *testing.T) {
+	t.Parallel()
+	tab, openai, _ := testTable(t)
+	all := strings.NewReplacer("s", "%73", "k", "%6b").Replace(openai)
+	for _, raw := range []string{"key=" + openai, "key=" + all, "%6Bey=" + all} {
+		if ref, _, found := tab.FindEncoded(raw, nil); !found || ref != "openai-api-key" {
+			t.Errorf("FindEncoded(%.20q…) = %q, %v", raw, ref, found)
+		}
+		if _, _, found := tab.FindEncoded(raw, func(r string) bool { return r == "openai-api-key" }); found {
+			t.Errorf("FindEncoded(%.20q…) found though allowed", raw)
+		}
 	}
-	if want := "a=1&key=" + real + "&odd=" + url.QueryEscape(oddReal); q != want {
-		t.Errorf("SwapQuery = %q, want %q", q, want)
-	}
-	if q, _ := tab.SwapQuery("a=1", []string{"openai-api-key"}, snap); q != "a=1" {
-		t.Errorf("clean query changed: %q", q)
-	}
-
-	// A missing secret is an error naming the ref, never a value.
-	_, err = tab.SwapHeader(http.Header{"X": {openai}}, []string{"openai-api-key"}, snapshot())
-	if err == nil || !strings.Contains(err.Error(), "openai-api-key") || strings.Contains(err.Error(), openai) {
-		t.Errorf("missing secret: err = %v", err)
-	}
-	// A value that is not a valid header value fails closed.
-	_, err = tab.SwapHeader(http.Header{"X": {openai}}, []string{"openai-api-key"}, snapshot("openai-api-key", "bad\nvalue"))
-	if err == nil || strings.Contains(err.Error(), "bad") {
-		t.Errorf("invalid value: err = %v", err)
+	if _, _, found := tab.FindEncoded("", nil); found {
+		t.Error("empty found")
 	}
 }
 

@@ -283,6 +283,7 @@ func Compile(p config.Policy) (*Policy, error) {
 		cfg.Index = i
 		cfg.AllowedPorts = slices.Clone(r.AllowedPorts)
 		cfg.HeaderRewrites = slices.Clone(r.HeaderRewrites)
+		cfg.QueryRewrites = slices.Clone(r.QueryRewrites)
 		cfg.Routes = nil
 		for _, rt := range r.Routes {
 			cfg.Routes = append(cfg.Routes, config.Route{Methods: slices.Clone(rt.Methods), Paths: slices.Clone(rt.Paths), Action: rt.Action})

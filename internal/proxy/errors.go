@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/botbox/botbox/internal/placeholder"
 	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/upstream"
@@ -88,12 +87,9 @@ func classify(ctx context.Context, err error) failure {
 		// A placeholder in a streamed body (tripwire.go).
 		return failure{status: http.StatusForbidden, body: bodyTripwire, reason: reasonTripwire}
 	}
-	if e, ok := errors.AsType[*placeholder.SwapError](err); ok {
-		// A placeholder could not be swapped for its secret: fail closed.
-		if e.Missing {
-			return failure{status: http.StatusInternalServerError, body: bodySecretMissing, reason: reasonSecretMissing}
-		}
-		return failure{status: http.StatusInternalServerError, body: bodyRewriteFailed, reason: reasonRewriteFailed}
+	if _, ok := errors.AsType[*rewrite.MissingQuerySecretError](err); ok {
+		// Fail closed: never forward a request without its credential.
+		return failure{status: http.StatusInternalServerError, body: bodySecretMissing, reason: reasonSecretMissing}
 	}
 	if _, ok := errors.AsType[*rewrite.MissingSecretError](err); ok {
 		// Fail closed: never forward a request without its credential.

@@ -29,42 +29,44 @@ import (
 // Every field is written by the request's handler goroutine, except the
 // counters that say otherwise.
 type exchange struct {
-	h            *Handler
-	ctx          context.Context // the agent's request context
-	cw           countingWriter
-	cb           countingBody
-	ub           upstreamBody
-	ob           outboundBody
-	trace        httptrace.ClientTrace
-	id           string
-	listener     string
-	remote       string // the agent's connection (r.RemoteAddr)
-	start        time.Time
-	host         string // canonical host; the host as given when it did not parse
-	port         uint16
-	hostLabel    string // closed-set metrics label
-	hm           *telemetry.HostMetrics
-	decision     string
-	reason       string
-	rule         string
-	route        int    // index+1 of the route that decided; 0: none
-	path         string // canonical path to forward; "": forward the agent's
-	authority    string // upstream authority, e.g. "api.openai.com" or "[::1]:8443"
-	rewrites     *rewrite.Set
-	secrets      *secrets.Snapshot
-	rewritten    []string
-	rewriteErr   error
-	upstreamCode int
-	upstreamAddr string // IP:port of the connection the request went out on
-	status       int
-	errText      string
-	upgrade      string // the refused Upgrade offer
-	aborted      bool
-	tunnel       *tunnelConn
-	timerDone    bool
-	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
-	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
-	tw           tripState
+	h         *Handler
+	ctx       context.Context // the agent's request context
+	cw        countingWriter
+	cb        countingBody
+	ub        upstreamBody
+	ob        outboundBody
+	trace     httptrace.ClientTrace
+	id        string
+	listener  string
+	remote    string // the agent's connection (r.RemoteAddr)
+	start     time.Time
+	host      string // canonical host; the host as given when it did not parse
+	port      uint16
+	hostLabel string // closed-set metrics label
+	hm        *telemetry.HostMetrics
+	decision  string
+	reason    string
+	rule      string
+	route     int    // index+1 of the route that decided; 0: none
+	path      string // canonical path to forward; "": forward the agent's
+	authority string // upstream authority, e.g. "api.openai.com" or "[::1]:8443"
+	rewrites  *rewrite.Set
+	secrets   *secrets.Snapshot
+	rewritten []string
+	// queryRewritten are the query_rewrites names set (configured names).
+	queryRewritten []string
+	rewriteErr     error
+	upstreamCode   int
+	upstreamAddr   string // IP:port of the connection the request went out on
+	status         int
+	errText        string
+	upgrade        string // the refused Upgrade offer
+	aborted        bool
+	tunnel         *tunnelConn
+	timerDone      bool
+	agentH2        bool // the agent's request came over HTTP/2 (see outboundBody)
+	lineLater      bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
+	tw             tripState
 
 	// Response scrubbing (scrub.go).
 	scrubOn    bool           // the rule scrubs responses (scrub_responses)
@@ -241,12 +243,20 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	)
 	if len(x.rewritten) > 0 {
 		attrs = append(attrs, slog.Any(telemetry.KeyHeaderRewritten, x.rewritten))
+	}
+	if len(x.queryRewritten) > 0 {
+		attrs = append(attrs, slog.Any(telemetry.KeyQueryRewritten, x.queryRewritten))
+	}
+	if len(x.rewritten) > 0 || len(x.queryRewritten) > 0 {
 		if refs := x.rewrites.SecretRefs(); len(refs) > 0 && x.tw.trip.Load() == nil {
 			attrs = append(attrs, slog.Any(telemetry.KeySecretRef, refs))
 		}
 	}
 	if m, ok := errors.AsType[*rewrite.MissingSecretError](x.rewriteErr); ok {
 		// Always an array, as in the lines above.
+		attrs = append(attrs, slog.Any(telemetry.KeySecretRef, []string{m.Ref}))
+	}
+	if m, ok := errors.AsType[*rewrite.MissingQuerySecretError](x.rewriteErr); ok {
 		attrs = append(attrs, slog.Any(telemetry.KeySecretRef, []string{m.Ref}))
 	}
 	attrs = x.tripAttrs(attrs)

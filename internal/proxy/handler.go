@@ -374,16 +374,22 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	if x.rewrites == nil {
 		return
 	}
-	if err := h.swapPlaceholders(pr, x); err != nil {
-		// guardedTransport refuses the request; nothing is forwarded.
+	// The query first: ApplyQuery changes nothing on error, and the
+	// header Apply leaves the header unchanged on error; either error
+	// refuses the request in guardedTransport, nothing is forwarded.
+	q, params, err := x.rewrites.ApplyQuery(out.URL.RawQuery, x.secrets)
+	if err != nil {
 		x.rewriteErr = err
 		return
 	}
 	names, err := x.rewrites.Apply(out.Header, x.secrets)
 	if err != nil {
-		// guardedTransport refuses the request; nothing is forwarded.
 		x.rewriteErr = err
 		return
+	}
+	if params != nil {
+		out.URL.RawQuery, out.URL.ForceQuery = q, false
+		x.queryRewritten = params
 	}
 	x.rewritten = names
 	if x.scrubOn {

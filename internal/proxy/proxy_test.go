@@ -65,6 +65,17 @@ egress_policy:
         - name: Authorization
           value: "Bearer {value}"
           secret_ref: api-key
+    - host: query.example.test
+      action: allow
+      query_rewrites:
+        - name: key
+          value: "{value}"
+          secret_ref: api-key
+      header_rewrites:
+        - name: Authorization
+          value: "{basic:x-access-token}"
+          secret_ref: api-key
+      remove_headers: [X-Api-Key]
 `
 
 // originRecord is what the test origin saw of one request.
@@ -130,7 +141,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 		e.origin.Start()
 	} else {
 		e.origin.EnableHTTP2 = o.http2Origin
-		e.origin.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "api.example.test", "ports.example.test", "bare.example.test", "nosecret.example.test", "blocked.example.test", "noscrub.example.test", "127.0.0.1")}}
+		e.origin.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "api.example.test", "ports.example.test", "bare.example.test", "nosecret.example.test", "blocked.example.test", "noscrub.example.test", "query.example.test", "127.0.0.1")}}
 		e.origin.StartTLS()
 	}
 	t.Cleanup(e.origin.Close)

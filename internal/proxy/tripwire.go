@@ -5,14 +5,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
-	"slices"
+	"net/url"
 	"sync/atomic"
 
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/placeholder"
 	"github.com/botbox/botbox/internal/policy"
+	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/telemetry"
 )
 
@@ -40,15 +40,10 @@ type tripInfo struct {
 // tripState is the exchange's placeholder state.
 type tripState struct {
 	table *placeholder.Table
-	// refs are the secret_refs whose placeholders the request may carry
-	// (and that are swapped): those of the rule that allowed it.
-	refs []string
 	// trip is set once, by the handler goroutine or by the transport's
 	// reading a streamed body (hence atomic).
 	trip atomic.Pointer[tripInfo]
 }
-
-func (s *tripState) allowed(ref string) bool { return slices.Contains(s.refs, ref) }
 
 // tripwireError is the read error of a streamed request body in which a
 // placeholder turned up: the transport aborts the upstream request and
@@ -60,14 +55,21 @@ func (e *tripwireError) Error() string {
 }
 
 // tripHead is the tripwire over what a request shows before its body: the
-// host name, the URL (path, query, percent-decoded once) and every header
-// name and value. A placeholder of a secret that the rule deciding d does
-// not reference — every placeholder when no rule allowed the request,
-// under default_action allow, a denial or report mode alike — refuses the
+// host name, the URL (path, query, fragment, userinfo; as sent and
+// percent-decoded once) and every header name and value. A placeholder is
+// accepted in exactly two places, both of which the rule that allowed the
+// request replaces whole, so the app's bytes there never reach the
+// origin: a header its header_rewrites set from that placeholder's secret
+// (rewrite.Set.HeaderAccepts), and a query parameter its query_rewrites
+// set from that secret (rewrite.Set.QueryAccepts; the piece's decoded
+// name, exactly). Any other placeholder — another header, Cookie, another
+// parameter, the path, a header name, the secret's own host included;
+// every placeholder when no rule allowed the request, under
+// default_action allow, a denial or report mode alike — refuses the
 // request with 403 before any upstream work, an ERROR decision line
-// (event secret_tripwire) and botbox_secret_tripwire_total. It also
-// records on x what tripBody and the swap need. Returns true when it
-// answered the request. TestTripwire* hold it.
+// (event secret_tripwire) and botbox_secret_tripwire_total. Returns true
+// when it answered the request. TestTripwire* and TestPlaceholderOnlyWhere*
+// hold it.
 func (h *Handler) tripHead(r *http.Request, x *exchange, hp hostport.HostPort, g *generation.Generation, d policy.Decision) bool {
 	if h.placeholders == nil {
 		return false
@@ -77,22 +79,42 @@ func (h *Handler) tripHead(r *http.Request, x *exchange, hp hostport.HostPort, g
 		return false
 	}
 	x.tw.table = t
+	var set *rewrite.Set // nil accepts no placeholder anywhere
 	if d.Allowed() && d.Rule != nil {
-		x.tw.refs = g.Rewrites(d).SecretRefs()
+		set = g.Rewrites(d)
 	}
 	if ref, found := t.InspectName(hp.Host); found {
 		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInHost, form: placeholder.FormLiteral}, d)
 		return true
 	}
-	if ref, form, found := t.FindURL(r.URL, x.tw.allowed); found {
-		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInURL, form: form}, d)
-		return true
-	}
-	if ref, form, found := t.FindHeader(r.Header, x.tw.allowed); found {
-		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInHeader, form: form}, d)
+	if info, found := findInHead(t, set, r.URL, r.Header); found {
+		h.tripped(x, info, d)
 		return true
 	}
 	return false
+}
+
+// findInHead is tripHead's judgement of the URL and the headers under the
+// rewrites of the allowing rule (set; nil accepts nothing): the first
+// placeholder outside the places set replaces with that placeholder's
+// secret. FuzzFindInHead holds that when it finds nothing, the query
+// rewrite.Set.ApplyQuery forwards holds no placeholder in any spelling.
+func findInHead(t *placeholder.Table, set *rewrite.Set, target *url.URL, hdr http.Header) (tripInfo, bool) {
+	u := *target
+	kept, replaced := set.SplitQuery(u.RawQuery)
+	u.RawQuery = kept
+	if ref, form, found := t.FindURL(&u, nil); found {
+		return tripInfo{ref: ref, foundIn: telemetry.FoundInURL, form: form}, true
+	}
+	for _, p := range replaced {
+		if ref, form, found := t.FindEncoded(p.Raw, func(ref string) bool { return set.QueryAccepts(p.Name, ref) }); found {
+			return tripInfo{ref: ref, foundIn: telemetry.FoundInURL, form: form}, true
+		}
+	}
+	if ref, form, found := t.FindHeader(hdr, set.HeaderAccepts); found {
+		return tripInfo{ref: ref, foundIn: telemetry.FoundInHeader, form: form}, true
+	}
+	return tripInfo{}, false
 }
 
 // tripConnect is the tripwire of a CONNECT request: its target host and
@@ -133,7 +155,8 @@ func (h *Handler) recordTrip(x *exchange, info tripInfo) {
 }
 
 // tripBody runs the tripwire over the first 64 KiB of a body about to be
-// forwarded. A body of known length is read up to that bound before
+// forwarded. No placeholder is accepted in a body, the secret's own host
+// included: no rewrite replaces a body. A body of known length is read up to that bound before
 // anything goes upstream: a trip is a 403 and the origin receives nothing;
 // a clean body is forwarded intact (the bytes read first, then the rest).
 // A body of unknown length (chunked, an HTTP/2 stream: possibly
@@ -161,7 +184,7 @@ func (h *Handler) tripBody(r *http.Request, x *exchange, d policy.Decision) bool
 	buf := make([]byte, min(r.ContentLength, tripwireBodyScan))
 	n, err := io.ReadFull(r.Body, buf)
 	buf = buf[:n]
-	if ref, form, found := t.Find(buf, x.tw.allowed); found {
+	if ref, form, found := t.Find(buf, nil); found {
 		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInBody, form: form}, d)
 		return true
 	}
@@ -213,7 +236,7 @@ func (b *scanningBody) Read(p []byte) (int, error) {
 	// Only the first tripwireBodyScan bytes, as for a body of known length.
 	m := int(min(int64(n), tripwireBodyScan-b.scanned))
 	b.scratch = append(append(b.scratch[:0], b.tail...), p[:m]...)
-	if ref, form, found := b.x.tw.table.Find(b.scratch, b.x.tw.allowed); found {
+	if ref, form, found := b.x.tw.table.Find(b.scratch, nil); found {
 		b.h.recordTrip(b.x, tripInfo{ref: ref, foundIn: telemetry.FoundInBody, form: form})
 		return 0, &tripwireError{ref: ref}
 	}
@@ -232,26 +255,6 @@ func (h *Handler) tripFailure(x *exchange, f failure) {
 	}
 	x.decision = telemetry.DecisionDeniedTripwire
 	h.metrics.Requests.WithLabelValues(x.hostLabel, telemetry.DecisionDeniedTripwire).Inc()
-}
-
-// swapPlaceholders replaces, in the outbound request of an exchange whose
-// rule references secrets, their placeholders in header values and in the
-// query string by the real values, from the exchange's secret snapshot.
-// It runs before the rule's header rewrites, which then work unchanged.
-func (h *Handler) swapPlaceholders(pr *httputil.ProxyRequest, x *exchange) error {
-	t := x.tw.table
-	if t == nil || len(x.tw.refs) == 0 {
-		return nil
-	}
-	if _, err := t.SwapHeader(pr.Out.Header, x.tw.refs, x.secrets); err != nil {
-		return err
-	}
-	q, err := t.SwapQuery(pr.Out.URL.RawQuery, x.tw.refs, x.secrets)
-	if err != nil {
-		return err
-	}
-	pr.Out.URL.RawQuery = q
-	return nil
 }
 
 // tripAttrs adds the tripwire fields to a decision line.

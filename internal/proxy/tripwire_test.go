@@ -12,12 +12,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/placeholder"
+	"github.com/botbox/botbox/internal/rewrite"
+	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -252,6 +257,16 @@ func TestTripwireBodyKnownLength(t *testing.T) {
 			})
 		}
 	}
+	// No rewrite replaces a body: the own secret's placeholder trips there
+	// too, towards its own host (on ee87e5f it went through as is).
+	for _, l := range listeners {
+		t.Run("own placeholder to its own host/"+l, func(t *testing.T) {
+			e := newTripEnv(t, envOpts{})
+			body := `{"note":"` + phAPI + `"}`
+			status, resp := e.send(l, http.MethodPost, "query.example.test", "/v1?key="+phAPI, nil, strings.NewReader(body), int64(len(body)))
+			e.assertTripped(status, resp, l, "api-key", "body", "query.example.test")
+		})
+	}
 	t.Run("clean body forwarded intact", func(t *testing.T) {
 		for _, l := range listeners {
 			e := newTripEnv(t, envOpts{})
@@ -261,8 +276,6 @@ func TestTripwireBodyKnownLength(t *testing.T) {
 				got.Store(&b)
 			})
 			want := bytes.Repeat([]byte("0123456789abcdef"), 10_000) // 160 KB
-			// The own placeholder in the body goes to its own host as is.
-			copy(want[1000:], phAPI)
 			status, _ := e.send(l, http.MethodPost, "api.example.test", "/upload", nil, bytes.NewReader(want), int64(len(want)))
 			if status != http.StatusOK {
 				t.Fatalf("%s: status %d", l, status)
@@ -328,43 +341,101 @@ func TestTripwireStreamedBody(t *testing.T) {
 	}
 }
 
-// TestPlaceholderSwap: on the rule that references the secret, the
-// placeholder in headers and the query arrives as the real value; the
-// rule's header_rewrites work unchanged; nothing trips.
-func TestPlaceholderSwap(t *testing.T) {
-	for _, l := range listeners {
-		t.Run(l, func(t *testing.T) {
-			e := newTripEnv(t, envOpts{})
-			hdr := http.Header{
-				"Authorization": {"Bearer " + phAPI},
-				"X-Api-Key":     {phAPI},
-				"X-Basic":       {"Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+phAPI))},
-			}
-			status, _ := e.send(l, http.MethodGet, "api.example.test", "/v1?key="+phAPI+"&x=1", hdr, nil, 0)
-			if status != http.StatusOK {
-				t.Fatalf("status %d", status)
-			}
-			seen := e.lastSeen()
-			if got := seen.Header.Get("Authorization"); got != "Bearer sk-test-12345" {
-				t.Errorf("Authorization = %q", got)
-			}
-			if got := seen.Header.Get("X-Api-Key"); got != "sk-test-12345" {
-				t.Errorf("X-Api-Key = %q, want the real value", got)
-			}
-			if got := seen.Header.Get("X-Basic"); got != "Basic "+base64.StdEncoding.EncodeToString([]byte("u:sk-test-12345")) {
-				t.Errorf("X-Basic = %q", got)
-			}
-			if seen.Header.Get("X-Static") != "static-value" {
-				t.Error("header_rewrites no longer applied")
-			}
-			if seen.Path != "/v1?key=sk-test-12345&x=1" {
-				t.Errorf("path = %q", seen.Path)
-			}
-			if got := testutil.ToFloat64(e.metrics.SecretTripwire.WithLabelValues("api-key")); got != 0 {
-				t.Errorf("tripwire fired on the own host: %v", got)
-			}
-		})
+// TestPlaceholderOnlyWhereRewritten: a placeholder is accepted only in a
+// header or query parameter that the allowing rule's rewrites replace
+// with that placeholder's secret; the origin then sees the rewrite's value
+// and nothing of the app's. Everywhere else — another header, Cookie, a
+// parameter not named, the path, a parameter named in another case, the
+// placeholder of another secret in a replaced place — it trips, towards
+// the secret's own host too (redteam-2026-12-01 §2). On ee87e5f the
+// X-Api-Key, query and Basic cases were swapped for the real key.
+func TestPlaceholderOnlyWhereRewritten(t *testing.T) {
+	basicReal := "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:sk-test-12345"))
+	accepted := []struct {
+		name, host, target string
+		hdr                http.Header
+		wantPath, wantAuth string
+	}{
+		{"rewritten header", "api.example.test", "/v1?x=1", http.Header{"Authorization": {"Bearer " + phAPI}},
+			"/v1?x=1", "Bearer sk-test-12345"},
+		{"rewritten header, lower-case key", "api.example.test", "/v1", http.Header{"authorization": {phAPI}},
+			"/v1", "Bearer sk-test-12345"},
+		{"basic template over git's Basic", "query.example.test", "/repo.git/info/refs",
+			http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+phAPI))}},
+			"/repo.git/info/refs?key=sk-test-12345", basicReal},
+		{"named parameter", "query.example.test", "/v1?key=" + phAPI + "&x=1", nil,
+			"/v1?x=1&key=sk-test-12345", basicReal},
+		{"named parameter twice, percent-encoded name", "query.example.test", "/v1?a=1&key=" + phAPI + "&%6Bey=" + url.QueryEscape(phAPI) + "&b=2", nil,
+			"/v1?a=1&b=2&key=sk-test-12345", basicReal},
+		{"named parameter, no placeholder", "query.example.test", "/v1?key=whatever", nil,
+			"/v1?key=sk-test-12345", basicReal},
 	}
+	for _, tt := range accepted {
+		for _, l := range listeners {
+			t.Run("accepted/"+tt.name+"/"+l, func(t *testing.T) {
+				e := newTripEnv(t, envOpts{})
+				status, _ := e.send(l, http.MethodGet, tt.host, tt.target, tt.hdr, nil, 0)
+				if status != http.StatusOK {
+					t.Fatalf("status %d", status)
+				}
+				seen := e.lastSeen()
+				if got := seen.Header.Values("Authorization"); len(got) != 1 || got[0] != tt.wantAuth {
+					t.Errorf("Authorization = %q, want %q", got, tt.wantAuth)
+				}
+				if seen.Path != tt.wantPath {
+					t.Errorf("path = %q, want %q", seen.Path, tt.wantPath)
+				}
+				for k, vs := range seen.Header {
+					for _, v := range vs {
+						if strings.Contains(v, phAPI) {
+							t.Errorf("the placeholder reached the origin in %s", k)
+						}
+					}
+				}
+				if got := testutil.ToFloat64(e.metrics.SecretTripwire.WithLabelValues("api-key")); got != 0 {
+					t.Errorf("tripwire fired: %v", got)
+				}
+			})
+		}
+	}
+	basicPH := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:"+phAPI))
+	tripped := []struct {
+		name, host, target string
+		hdr                http.Header
+		ref, foundIn       string
+	}{
+		{"another header, own host", "api.example.test", "/v1", http.Header{"X-Api-Key": {phAPI}}, "api-key", "header"},
+		{"cookie, own host", "api.example.test", "/v1", http.Header{"Cookie": {"s=" + phAPI}}, "api-key", "header"},
+		{"basic in another header, own host", "api.example.test", "/v1", http.Header{"X-Basic": {basicPH}}, "api-key", "header"},
+		{"query, own host without query_rewrites", "api.example.test", "/store?k=n1&v=" + phAPI, nil, "api-key", "url"},
+		{"path, own host", "api.example.test", "/v1/" + phAPI, nil, "api-key", "url"},
+		{"parameter not named", "query.example.test", "/v1?key=x&q=" + phAPI, nil, "api-key", "url"},
+		{"parameter named in another case", "query.example.test", "/v1?KEY=" + phAPI, nil, "api-key", "url"},
+		{"parameter named after a semicolon", "query.example.test", "/v1?a=1;key=" + phAPI, nil, "api-key", "url"},
+		{"percent-encoded in a parameter not named", "query.example.test", "/v1?q=" + strings.ReplaceAll(url.QueryEscape(phAPI), "s", "%73"), nil, "api-key", "url"},
+		{"another secret in the named parameter", "query.example.test", "/v1?key=" + phOther, nil, "other-key", "url"},
+		{"another secret in the rewritten header", "api.example.test", "/v1", http.Header{"Authorization": {"Bearer " + phOther}}, "other-key", "header"},
+		{"header named by a static rewrite", "api.example.test", "/v1", http.Header{"X-Static": {phAPI}}, "api-key", "header"},
+		{"header remove_headers deletes", "query.example.test", "/v1", http.Header{"X-Api-Key": {phAPI}}, "api-key", "header"},
+	}
+	for _, tt := range tripped {
+		for _, l := range listeners {
+			t.Run("tripped/"+tt.name+"/"+l, func(t *testing.T) {
+				e := newTripEnv(t, envOpts{})
+				status, body := e.send(l, http.MethodGet, tt.host, tt.target, tt.hdr, nil, 0)
+				e.assertTripped(status, body, l, tt.ref, tt.foundIn, tt.host)
+			})
+		}
+	}
+}
+
+// TestPlaceholderReportModeAllowed: in report mode a request the policy
+// allows is judged as in enforce mode (the same accepted places).
+func TestPlaceholderReportModeAllowed(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	e.usePolicyMode("report")
+	status, body := e.send(ListenerHTTP, http.MethodGet, "api.example.test", "/v1?k="+phAPI, nil, nil, 0)
+	e.assertTripped(status, body, ListenerHTTP, "api-key", "url", "api.example.test")
 }
 
 // TestTripwireOffWithoutPlaceholders: no Options.Placeholders, no scan.
@@ -378,8 +449,8 @@ func TestTripwireOffWithoutPlaceholders(t *testing.T) {
 
 // BenchmarkServePlainPlaceholders is BenchmarkServePlain with placeholders
 // off, on (two placeholders, a request carrying none: the full head scan)
-// and on with the request's own placeholder to swap (docs/performance.md,
-// "Placeholders").
+// and on with the request's own placeholder in the header its rule
+// rewrites (docs/performance.md, "Placeholders").
 func BenchmarkServePlainPlaceholders(b *testing.B) {
 	for _, v := range []struct {
 		name string
@@ -388,7 +459,7 @@ func BenchmarkServePlainPlaceholders(b *testing.B) {
 	}{
 		{"ph=off", nil, ""},
 		{"ph=on", testPlaceholders(), ""},
-		{"ph=on,swap", testPlaceholders(), "X-Api-Key: " + phAPI + "\r\n"},
+		{"ph=on,swap", testPlaceholders(), "Authorization: Bearer " + phAPI + "\r\n"},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			h := newBenchHandler(b, cannedTransport{}, 8443, "")
@@ -428,12 +499,11 @@ func TestScanningBodyEverySplit(t *testing.T) {
 			t.Fatalf("split %d: trip = %+v", split, info)
 		}
 	}
-	// The own secret's placeholder passes, and so does everything after
-	// the first 64 KiB.
+	// Everything after the first 64 KiB passes.
 	x := &exchange{}
-	x.tw.table, x.tw.refs = tab, []string{"api-key"}
+	x.tw.table = tab
 	late := append(bytes.Repeat([]byte("a"), tripwireBodyScan), phOther...)
-	body := append([]byte(phAPI+" "), late...)
+	body := append([]byte("clean "), late...)
 	b := &scanningBody{ReadCloser: io.NopCloser(bytes.NewReader(body)), h: h, x: x, keep: tab.MaxLen() - 1}
 	got, err := io.ReadAll(b)
 	if err != nil || !bytes.Equal(got, body) {
@@ -449,4 +519,124 @@ func TestTripwireReportModeBody(t *testing.T) {
 	body := `{"key":"` + phAPI + `"}`
 	status, resp := e.send(ListenerHTTP, http.MethodPost, "evil.example.test", "/x", nil, strings.NewReader(body), int64(len(body)))
 	e.assertTripped(status, resp, ListenerHTTP, "api-key", "body", "evil.example.test")
+}
+
+// TestQueryRewriteDecisionLine: the decision line names the parameters a
+// query rewrite set (query_rewritten, configured names) and the secret,
+// never the query (which now holds the key) nor the value; an app's
+// parameter name cannot add itself to the field.
+func TestQueryRewriteDecisionLine(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	status, _ := e.send(ListenerHTTP, http.MethodGet, "query.example.test", "/v1?key=junk&query_rewritten=x&x=1", nil, nil, 0)
+	if status != http.StatusOK {
+		t.Fatalf("status %d", status)
+	}
+	if seen := e.lastSeen(); seen.Path != "/v1?query_rewritten=x&x=1&key=sk-test-12345" {
+		t.Errorf("origin path = %q", seen.Path)
+	}
+	line := e.waitDecisions(1)[0]
+	if got, _ := line["query_rewritten"].([]any); len(got) != 1 || got[0] != "key" {
+		t.Errorf("query_rewritten = %v", line["query_rewritten"])
+	}
+	if got, _ := line["secret_ref"].([]any); len(got) != 1 || got[0] != "api-key" {
+		t.Errorf("secret_ref = %v", line["secret_ref"])
+	}
+	if line["path"] != "/v1" {
+		t.Errorf("path = %v", line["path"])
+	}
+	if logs := e.logs.String(); strings.Contains(logs, "sk-test-12345") || strings.Contains(logs, "junk") {
+		t.Error("the logs hold the key or the app's query")
+	}
+}
+
+// TestQueryRewriteMissingSecret: a query rewrite whose secret is missing
+// fails the request closed (500), nothing is forwarded, and the line
+// names the secret_ref.
+func TestQueryRewriteMissingSecret(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	if err := os.Remove(filepath.Join(e.secretDir, "api-key")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, ok := e.store.Snapshot().Lookup("api-key"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the store still holds the removed secret")
+		}
+	}
+	status, body := e.send(ListenerHTTP, http.MethodGet, "query.example.test", "/v1?key=x", nil, nil, 0)
+	if status != http.StatusInternalServerError || body != bodySecretMissing {
+		t.Fatalf("got %d %q", status, body)
+	}
+	e.assertOriginUntouched()
+	line := e.waitDecisions(1)[0]
+	if got, _ := line["secret_ref"].([]any); len(got) != 1 || got[0] != "api-key" {
+		t.Errorf("secret_ref = %v", line["secret_ref"])
+	}
+}
+
+// TestPlaceholderInUserinfo: an absolute-form target whose userinfo holds
+// the placeholder, towards the secret's own host, is never forwarded: a
+// target with userinfo is refused before the policy (400 invalid host).
+func TestPlaceholderInUserinfo(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	resp, body := e.raw("GET http://x-access-token:" + phAPI + "@api.example.test/v1 HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	if resp.StatusCode != http.StatusBadRequest || strings.TrimSpace(body) != "invalid host" {
+		t.Fatalf("got %d %q, want 400 invalid host", resp.StatusCode, body)
+	}
+	e.assertOriginUntouched()
+}
+
+// FuzzFindInHead holds the query half of the tripwire's contract: for any
+// raw query with the placeholders spliced in anywhere (as is or
+// percent-encoded), either findInHead trips, or the query that
+// ApplyQuery forwards holds no placeholder in any spelling the table
+// knows (the named parameter, replaced whole, is the only place one may
+// sit), and the key goes only into that parameter.
+func FuzzFindInHead(f *testing.F) {
+	f.Add("key=", "&x=1", 0, true)
+	f.Add("a=1&%6Bey=", "", 1, false)
+	f.Add("KEY=", "", 0, false)
+	f.Add("a;key=", "", 0, false)
+	f.Add("key=x&q=", "", 0, true)
+	set, err := rewrite.CompileRule(config.Rule{QueryRewrites: []config.QueryRewrite{{Name: "key", Value: "{value}", SecretRef: "api-key"}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	tab := testPlaceholders().Table()
+	secrets := mapLookup{"api-key": "sk-test-12345"}
+	f.Fuzz(func(t *testing.T, before, after string, which int, escape bool) {
+		ph := []string{phAPI, phOther}[uint(which)%2]
+		if escape {
+			ph = strings.ReplaceAll(ph, "s", "%73")
+		}
+		raw := before + ph + after
+		if strings.ContainsAny(raw, " #\r\n") {
+			return
+		}
+		u := &url.URL{Path: "/v1", RawQuery: raw}
+		if _, found := findInHead(tab, set, u, http.Header{}); found {
+			return
+		}
+		out, _, err := set.ApplyQuery(raw, secrets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, _ := set.SplitQuery(out)
+		if ref, _, found := tab.FindEncoded(kept, nil); found {
+			t.Fatalf("not tripped, yet %s's placeholder is forwarded in %q", ref, out)
+		}
+		if strings.Contains(kept, "sk-test-12345") {
+			t.Fatalf("the key outside its parameter: %q", out)
+		}
+	})
+}
+
+// mapLookup is a placeholder-free secrets lookup for FuzzFindInHead.
+type mapLookup map[string]string
+
+func (m mapLookup) Lookup(ref string) (secrets.Value, bool) {
+	v, ok := m[ref]
+	return secrets.NewValue([]byte(v)), ok
 }

@@ -37,6 +37,7 @@
 package rewrite
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,7 +54,7 @@ import (
 
 // Placeholder is the literal that a template's secret replaces. Every
 // occurrence is replaced, in one pass, without escaping.
-const Placeholder = "{value}"
+const Placeholder = config.TemplateValue
 
 // Lookup resolves a secret_ref to its value. *secrets.Snapshot implements it;
 // callers pass one snapshot per request so all rewrites see the same
@@ -93,15 +94,18 @@ func (e *InvalidValueError) Error() string {
 	return fmt.Sprintf("invalid value for header %q from secret %q", e.Header, e.Ref)
 }
 
-// Set is a compiled, immutable list of header rewrites, applied in order.
-// A nil *Set has no rewrites. It is safe for concurrent use.
+// Set is a compiled, immutable list of header rewrites, applied in order,
+// with the rule's removals and query rewrites. A nil *Set has no
+// rewrites. It is safe for concurrent use.
 type Set struct {
 	rewrites []compiled
 	names    []string // configured names, in order
-	refs     []string // sorted, deduplicated secret refs
+	refs     []string // sorted, deduplicated secret refs (headers and query)
 	// remove holds the canonical keys of the headers deleted and never
 	// added (remove_headers), in configured order, without duplicates.
 	remove []string
+	// queries are the query_rewrites, in configured order (query.go).
+	queries []compiledQuery
 }
 
 // compiled is one precompiled rewrite.
@@ -116,6 +120,10 @@ type compiled struct {
 	parts []string
 	// partsLen is the total length of parts.
 	partsLen int
+	// basic is a {basic:USER} template: the value is "Basic " +
+	// base64(basicUser ":" secret); parts is then nil.
+	basic     bool
+	basicUser string
 }
 
 // Compile validates and precompiles the rewrites of one rule.
@@ -146,9 +154,10 @@ func Compile(rs []config.HeaderRewrite) (*Set, error) {
 	return s, nil
 }
 
-// CompileRule compiles everything a rule does to the headers of the
-// requests it allows: its header_rewrites (as Compile) and its
-// remove_headers. It returns nil, nil for a rule with neither.
+// CompileRule compiles everything a rule does to the headers and the
+// query of the requests it allows: its header_rewrites (as Compile), its
+// remove_headers and its query_rewrites (CompileQuery's rules). It returns
+// nil, nil for a rule with none of them.
 //
 // A remove_headers name must be a valid header name, not reserved or
 // hop-by-hop (as in Compile), and not one that the rule's header_rewrites
@@ -156,11 +165,14 @@ func Compile(rs []config.HeaderRewrite) (*Set, error) {
 // validation refuses the same list). Duplicates under case folding count
 // once.
 func CompileRule(r config.Rule) (*Set, error) {
-	if len(r.HeaderRewrites) == 0 && len(r.RemoveHeaders) == 0 {
+	if len(r.HeaderRewrites) == 0 && len(r.RemoveHeaders) == 0 && len(r.QueryRewrites) == 0 {
 		return nil, nil
 	}
 	s, err := Compile(r.HeaderRewrites)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.compileQueries(r.QueryRewrites); err != nil {
 		return nil, err
 	}
 	for i, name := range r.RemoveHeaders {
@@ -208,8 +220,16 @@ func compile(r config.HeaderRewrite) (compiled, error) {
 		c.static = r.Value
 		return c, nil
 	}
-	if !strings.Contains(r.Value, Placeholder) {
+	t, err := config.ParseTemplate(r.Value, true)
+	if errors.Is(err, config.ErrNoValueToken) {
 		return compiled{}, fmt.Errorf("header %q: value has no %s placeholder for secret %q", r.Name, Placeholder, r.SecretRef)
+	}
+	if err != nil {
+		return compiled{}, fmt.Errorf("header %q, secret %q: %w", r.Name, r.SecretRef, err)
+	}
+	if t.Basic {
+		c.basic, c.basicUser = true, t.BasicUser
+		return c, nil
 	}
 	// Header-value validity is per byte, so valid literal parts plus a valid
 	// secret make a valid value; checking the parts here gives a load-time
@@ -217,7 +237,7 @@ func compile(r config.HeaderRewrite) (compiled, error) {
 	if !httpguts.ValidHeaderFieldValue(r.Value) {
 		return compiled{}, fmt.Errorf("header %q: invalid characters in value template for secret %q", r.Name, r.SecretRef)
 	}
-	c.parts = strings.Split(r.Value, Placeholder)
+	c.parts = t.Parts
 	for _, p := range c.parts {
 		c.partsLen += len(p)
 	}
@@ -337,6 +357,12 @@ func (c *compiled) fill(lookup Lookup) (string, error) {
 		return "", &MissingSecretError{Header: c.name, Ref: c.ref}
 	}
 	secret := sv.Reveal()
+	if c.basic {
+		// RFC 7617: user-id ":" password, base64 of the bytes as they are.
+		cred := make([]byte, 0, len(c.basicUser)+1+len(secret))
+		cred = append(append(append(cred, c.basicUser...), ':'), secret...)
+		return "Basic " + base64.StdEncoding.EncodeToString(cred), nil
+	}
 	var b strings.Builder
 	b.Grow(c.partsLen + (len(c.parts)-1)*len(secret))
 	b.WriteString(c.parts[0])

@@ -37,9 +37,11 @@ func readFile(t *testing.T, path string) string {
 }
 
 // TestPlaceholdersThroughBothListeners: the placeholder BotBox writes is
-// swapped for the real key towards its own host and trips (403, ERROR line,
-// metric, nothing sent) towards another allowed host, on the plain and on
-// the interception listener, over HTTP/1.1 and HTTP/2.
+// accepted in the header its own host's rule rewrites (the origin gets the
+// real key there), and trips (403, ERROR line, metric, nothing sent) in
+// any other header, towards another allowed host and towards its own host
+// alike, on the plain listener (HTTP/1.1 and HTTP/2 with prior knowledge)
+// and on the interception listener (HTTP/1.1 and HTTP/2).
 func TestPlaceholdersThroughBothListeners(t *testing.T) {
 	h, dir := placeholderHarness(t)
 	ph := readFile(t, filepath.Join(dir, "api-key"))
@@ -51,15 +53,16 @@ func TestPlaceholdersThroughBothListeners(t *testing.T) {
 	}
 	proxyURL := &url.URL{Scheme: "http", Host: h.addrs.Proxy[0].String()}
 	plain := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
-	send := func(c *http.Client, u string) (int, string) {
+	sendHeader := func(c *http.Client, u, name, value string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, u, nil)
-		req.Header.Set("X-Api-Key", ph)
+		req.Header.Set(name, value)
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return resp.StatusCode, body(t, resp)
 	}
+	send := func(c *http.Client, u string) (int, string) { return sendHeader(c, u, "X-Api-Key", ph) }
 	trips := 0
 	for _, tc := range []struct {
 		name string
@@ -69,6 +72,11 @@ func TestPlaceholdersThroughBothListeners(t *testing.T) {
 		{"plain", plain, "http://other.example.test/"},
 		{"intercept h1", h.interceptClient("other.example.test", false), "https://other.example.test/"},
 		{"intercept h2", h.interceptClient("other.example.test", true), "https://other.example.test/"},
+		{"plain h2c", h.priorKnowledgeClient(t), "http://other.example.test/"},
+		{"plain, own host", plain, "http://api.example.test/"},
+		{"plain h2c, own host", h.priorKnowledgeClient(t), "http://api.example.test/"},
+		{"intercept h1, own host", h.interceptClient("api.example.test", false), "https://api.example.test/"},
+		{"intercept h2, own host", h.interceptClient("api.example.test", true), "https://api.example.test/"},
 	} {
 		status, b := send(tc.c, tc.u)
 		trips++
@@ -86,12 +94,12 @@ func TestPlaceholdersThroughBothListeners(t *testing.T) {
 	}
 	var alarms int
 	for _, l := range h.logs.Find("proxy decision") {
-		if l["event"] == "secret_tripwire" && l["level"] == "ERROR" && l["host"] == "other.example.test" {
+		if l["event"] == "secret_tripwire" && l["level"] == "ERROR" && l["found_in"] == "header" {
 			alarms++
 		}
 	}
-	if alarms != 3 {
-		t.Errorf("%d tripwire lines, want 3", alarms)
+	if alarms != 8 {
+		t.Errorf("%d tripwire lines, want 8", alarms)
 	}
 
 	for _, tc := range []struct {
@@ -100,14 +108,15 @@ func TestPlaceholdersThroughBothListeners(t *testing.T) {
 		u    string
 	}{
 		{"plain", plain, "http://api.example.test/"},
+		{"plain h2c", h.priorKnowledgeClient(t), "http://api.example.test/"},
 		{"intercept h1", h.interceptClient("api.example.test", false), "https://api.example.test/"},
 		{"intercept h2", h.interceptClient("api.example.test", true), "https://api.example.test/"},
 	} {
-		if status, _ := send(tc.c, tc.u); status != http.StatusOK {
+		if status, _ := sendHeader(tc.c, tc.u, "Authorization", "Bearer "+ph); status != http.StatusOK {
 			t.Fatalf("%s: status %d", tc.name, status)
 		}
-		if got := h.lastSeen().Get("X-Api-Key"); got != canary {
-			t.Errorf("%s: the origin got X-Api-Key of %d bytes, not the real key", tc.name, len(got))
+		if got := h.lastSeen().Get("Authorization"); got != "Bearer "+canary {
+			t.Errorf("%s: the origin got Authorization of %d bytes, not the real key", tc.name, len(got))
 		}
 	}
 }

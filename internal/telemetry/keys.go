@@ -26,6 +26,9 @@ const (
 	KeyBytesOut     = "bytes_out"
 	KeyUpstreamAddr = "upstream_addr" // IP:port actually dialled
 	KeyUpgrade      = "upgrade"       // the Upgrade token of a refused upgrade request
+	// KeyQueryRewritten lists the query parameters a rule's
+	// query_rewrites set: configured names, never values.
+	KeyQueryRewritten = "query_rewritten"
 	// KeyTruncated is true when a free-form field of the line (path, host
 	// as given, error) was cut to its bound; absent otherwise.
 	KeyTruncated = "truncated"

@@ -20,4 +20,6 @@
 //
 // The package has no non-test code besides this comment; the helper programs
 // are cmd/e2e-origin and cmd/e2e-client, sharing their JSON in internal/wire.
+// TestGitOverHTTPSWithBasicTemplate also needs git (/usr/bin/git), with the
+// same rule.
 package e2e

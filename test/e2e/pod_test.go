@@ -120,6 +120,10 @@ type podConfig struct {
 	extraAddrs []netip.Addr
 	// originNames are more DNS names in the origin's certificate.
 	originNames []string
+	// originArgs, if set, returns more e2e-origin flags; it runs once
+	// p.dir exists, before the origin starts (git_test.go makes its
+	// repository there).
+	originArgs func(t *testing.T, p *pod) []string
 	// extraHosts returns lines appended to the pod's /etc/hosts.
 	extraHosts func(p *pod) string
 	// nameserver, when valid, is the pod's resolv.conf nameserver (an
@@ -362,6 +366,9 @@ func (p *pod) startOrigin(t *testing.T) {
 	}
 	if p.cfg.dnsServer {
 		argv = append(argv, "-dns", "-dns-answer", hostAPI+"="+p.netIP4.String(), "-dns-answer", hostAPI+"="+p.netIP6.String())
+	}
+	if p.cfg.originArgs != nil {
+		argv = append(argv, p.cfg.originArgs(t, p)...)
 	}
 	p.origin = startProc(t, "origin", p.dir, nil, argv...)
 	deadline := time.Now().Add(startupTimeout)

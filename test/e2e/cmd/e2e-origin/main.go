@@ -18,6 +18,8 @@
 //     interface; with -mld-groups or -icmp6, also every ICMPv6
 //     destination-unreachable and echo-request message that reaches it.
 //
+// /kv/ and, with -git-root, /git/ are stateful services (apps.go).
+//
 // A request for /sse/ID is answered with a server-sent event stream: event
 // "one", then, once the test releases ID (POST /release?id=ID on the
 // control socket) or after sseHold, event "two" naming which of the two
@@ -35,6 +37,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -109,6 +112,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
 	keyFile := fs.String("key", "", "PEM private key for HTTPS")
 	control := fs.String("control", "", "unix socket for the event record")
+	gitRoot := fs.String("git-root", "", "directory of the repositories served by git http-backend under /git/")
+	gitAuthFile := fs.String("git-auth-file", "", "file holding the exact Authorization value /git/ requires")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -118,6 +123,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	o := &origin{logger: logger}
+	if *gitRoot != "" {
+		auth, err := os.ReadFile(*gitAuthFile)
+		if err != nil || len(auth) == 0 {
+			logger.Printf("-git-root needs a readable, non-empty -git-auth-file: %v", err)
+			return 2
+		}
+		o.git = gitHandler(*gitRoot, strings.TrimSpace(string(auth)))
+	}
 	answers, err := parseDNSAnswers(dnsAnswer)
 	if err != nil {
 		logger.Print(err)
@@ -163,6 +176,8 @@ type origin struct {
 	events  []wire.Event
 	closers []io.Closer
 	gates   map[string]chan struct{} // /sse/ID streams waiting for POST /release?id=ID
+	kv      kvStore                  // /kv/ (apps.go)
+	git     http.Handler             // /git/ with -git-root (apps.go), else nil
 }
 
 // sseHold is how long an /sse/ stream waits for its release before it goes
@@ -333,6 +348,7 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 		Remote: r.RemoteAddr,
 		Method: r.Method,
 		Path:   r.URL.Path,
+		Query:  r.URL.RawQuery,
 		Host:   r.Host,
 		Proto:  r.Proto,
 		Header: r.Header.Clone(),
@@ -346,6 +362,14 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 		ev.SNI = r.TLS.ServerName
 	}
 	ev = o.record(ev)
+	// The stateful services read the body again: what was read, then the rest.
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	if o.dispatch(w, r) {
+		return
+	}
 	if id, ok := strings.CutPrefix(r.URL.Path, "/sse/"); ok {
 		o.serveSSE(w, r, id)
 		return

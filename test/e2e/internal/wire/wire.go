@@ -47,8 +47,10 @@ type Event struct {
 	IPv6 bool `json:"ipv6"`
 
 	// HTTP only.
-	Method string              `json:"method,omitempty"`
-	Path   string              `json:"path,omitempty"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// Query is the raw query string as the origin received it.
+	Query  string              `json:"query,omitempty"`
 	Host   string              `json:"host,omitempty"`
 	Proto  string              `json:"proto,omitempty"`
 	Header map[string][]string `json:"header,omitempty"`
