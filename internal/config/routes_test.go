@@ -22,7 +22,7 @@ func TestRoutes(t *testing.T) {
         - paths: ["/admin/**"]
           action: deny
         - methods: [POST]
-    - host: "*.githubusercontent.com"
+    - host: "*.fastly.example-cdn.net"
       action: allow
 `)
 	want := []Route{
