@@ -136,6 +136,27 @@ func TestMatchFolded(t *testing.T) {
 	}
 }
 
+// TestFoldFastPath: the no-allocation path of Fold gives what the slow
+// path gives.
+func TestFoldFastPath(t *testing.T) {
+	for _, p := range []string{"/", "/a", "/repos/acme/app/hooks", "/a.b/c", "/a./b", "/a/b.", "/a/", "/A", "/%41", "/*", "/a-b_c~d", "/a:b@c"} {
+		segs := strings.Split(p[1:], "/")
+		if len(segs) > 1 && segs[len(segs)-1] == "" {
+			segs = segs[:len(segs)-1]
+		}
+		for i, s := range segs {
+			segs[i] = foldSegment(s)
+		}
+		if slow, fast := "/"+strings.Join(segs, "/"), Fold(p).Path; slow != fast {
+			t.Errorf("Fold(%q) = %q, slow path %q", p, fast, slow)
+		}
+	}
+	p := "/repos/acme/app/issues/7/comments"
+	if n := testing.AllocsPerRun(100, func() { _ = Fold(p) }); n != 0 {
+		t.Errorf("Fold of a folded path allocates %v times", n)
+	}
+}
+
 func TestOverride(t *testing.T) {
 	h := func(kv ...string) map[string][]string {
 		m := map[string][]string{}

@@ -33,10 +33,15 @@ type Folded struct {
 	Path string
 }
 
-// Fold folds the canonical path p (a result of Canonical).
+// Fold folds the canonical path p (a result of Canonical). It returns p
+// itself, without allocating, when p is already folded (the common case:
+// lower-case, no escapes).
 func Fold(p string) Folded {
 	if p == "" || p[0] != '/' {
 		return Folded{}
+	}
+	if folded(p) {
+		return Folded{Path: p}
 	}
 	segs := strings.Split(p[1:], "/")
 	if len(segs) > 1 && segs[len(segs)-1] == "" {
@@ -46,6 +51,25 @@ func Fold(p string) Folded {
 		segs[i] = foldSegment(s)
 	}
 	return Folded{Path: "/" + strings.Join(segs, "/")}
+}
+
+// folded reports whether the canonical path p is its own folded form: no
+// upper-case letter, escape or '*', no segment ending in '.', and no
+// trailing '/' (but for the root). TestFoldFastPath holds it equal to the
+// slow path.
+func folded(p string) bool {
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		return false
+	}
+	for i := 1; i < len(p); i++ {
+		switch c := p[i]; {
+		case c >= 'A' && c <= 'Z', c == '%', c == '*':
+			return false
+		case c == '/' && p[i-1] == '.':
+			return false
+		}
+	}
+	return p[len(p)-1] != '.'
 }
 
 // foldSegment decodes and folds one canonical segment (Folded's rules).
