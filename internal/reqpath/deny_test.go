@@ -2,6 +2,7 @@ package reqpath
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -272,4 +273,39 @@ func spell(c string, variant uint8, at int) string {
 		}
 		return c
 	}
+}
+
+// FuzzOverride: no panic; every override header, in any case and with '_'
+// for '-', and a "_method" parameter added anywhere in any query, is
+// found; a request with neither and only other headers is not refused.
+func FuzzOverride(f *testing.F) {
+	f.Add(uint8(0), uint64(0), "a=1&b=2", uint8(3), "X-Request-Id")
+	f.Add(uint8(5), uint64(0xffff), "", uint8(0), "Accept")
+	f.Add(uint8(2), uint64(0x5555), "%zz;x", uint8(1), "X-Http-Method-Overrid")
+	f.Fuzz(func(t *testing.T, which uint8, caseBits uint64, query string, at uint8, other string) {
+		if got := Override(map[string][]string{other: {"x"}}, ""); got != "" && !slices.ContainsFunc(overrideHeaders[:], func(o string) bool { return headerNameIs(other, o) }) {
+			t.Fatalf("Override(%q header) = %q", other, got)
+		}
+		name := []byte(overrideHeaders[int(which)%len(overrideHeaders)])
+		for i := range name {
+			switch {
+			case caseBits>>(i%64)&1 == 1 && name[i] >= 'a' && name[i] <= 'z':
+				name[i] -= 'a' - 'A'
+			case name[i] == '-' && caseBits>>((i+7)%64)&1 == 1:
+				name[i] = '_'
+			}
+		}
+		if got := Override(map[string][]string{"Accept": {"*/*"}, string(name): {"DELETE"}}, query); got == "" {
+			t.Fatalf("header %q not found", name)
+		}
+		// Insert "_method=x" at a parameter boundary of query.
+		cut := int(at) % (len(query) + 1)
+		for cut > 0 && query[cut-1] != '&' && query[cut-1] != ';' {
+			cut--
+		}
+		q := query[:cut] + "_method=DELETE&" + query[cut:]
+		if got := Override(nil, q); got != overrideParam {
+			t.Fatalf("Override(query %q) = %q", q, got)
+		}
+	})
 }
