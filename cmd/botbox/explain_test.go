@@ -92,6 +92,9 @@ func TestExplainRoutes(t *testing.T) {
 		{[]string{"--method", "POST", "http://api.github.example/repos/acme/app"}, []string{"decision: deny (denied_route)", "reason:   no_route",
 			"route:    none of the rule's 2 routes decided"}, 1},
 		{[]string{"http://api.github.example/repos/acme/%2e%2e/x"}, []string{"decision: deny (denied_path)", "status:   400", "reason:   ambiguous_path"}, 1},
+		{[]string{"http://api.github.example/repos/acme/app;x=1"}, []string{"decision: deny (denied_path)", "status:   400", "reason:   ambiguous_path"}, 1},
+		{[]string{"--method", "delete", "http://api.github.example/repos/acme/app"}, []string{"decision: deny (denied_route)", "reason:   route_deny"}, 1},
+		{[]string{"http://api.github.example/repos/acme/app?_method=DELETE"}, []string{"decision: deny (denied_route)", "status:   400", "reason:   method_override"}, 1},
 		{[]string{"http://github.example/"}, []string{"decision: deny", "reason:   default_deny"}, 1},
 	} {
 		code, out, errOut := runArgs(t, nil, append([]string{"explain", "-c", p}, tt.args...)...)

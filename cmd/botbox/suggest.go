@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -15,12 +16,15 @@ import (
 	"github.com/botbox/botbox/internal/telemetry"
 )
 
-const suggestUse = "botbox suggest --log FILE [--min-count N] [--no-routes]"
+const suggestUse = "botbox suggest --log FILE [--min-count N] [--no-routes] [--config FILE]"
 
 // Bounds of the proposal: a host with more distinct path globs than
-// suggestMaxPaths has them collapsed to shorter prefixes ending in "/**".
+// suggestMaxPaths for one method has them collapsed to shorter prefixes
+// ending in "/**"; a route with more than suggestManyMethods methods, or
+// reaching "/**", is flagged for review.
 const (
-	suggestMaxPaths = 10
+	suggestMaxPaths    = 10
+	suggestManyMethods = 3
 	// suggestMaxLine bounds one log line (decision lines are a few hundred
 	// bytes; the path field is bounded by the proxy).
 	suggestMaxLine = 1 << 20
@@ -29,16 +33,19 @@ const (
 // runSuggest reads decision lines ("proxy decision", JSON, one per line)
 // and prints a proposed egress_policy: one allow rule per host seen in an
 // allow or report_deny line, its ports, and routes whose paths are the
-// observed paths with ID-like segments replaced by "*" and, when a host
-// has many, collapsed into "prefix/**" globs. Lines of other decisions
-// (requests the policy refused in enforce mode) and other lines are
-// ignored. The output is deterministic (sorted) and loads with
-// config.Parse (TestSuggestGolden).
+// observed paths with ID-like segments replaced by "*" and, when a method
+// has many on a host, collapsed into "prefix/**" globs. Lines of other
+// decisions (requests the policy refused in enforce mode) and other lines
+// are ignored; a log without any decision line is an error. The output is
+// deterministic (sorted) and loads with config.Parse (TestSuggestGolden).
+// With --config FILE the proposal is merged into that configuration
+// (mergeProposal), which keeps everything the proposal does not decide.
 func runSuggest(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("botbox suggest", stderr)
 	logPath := fs.String("log", "", "decision log file (JSON lines; - for stdin)")
-	minCount := fs.Int("min-count", 1, "leave out hosts and routes seen fewer than N times")
+	minCount := fs.Int("min-count", 1, "leave out hosts and routes seen fewer than N times (a host left without routes is left out)")
 	noRoutes := fs.Bool("no-routes", false, "propose hosts and ports only, without routes")
+	configPath := fs.String("config", "", "merge the proposal into this configuration file, keeping its rewrites, limits and other settings")
 	setUsage(fs, suggestUse)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -66,7 +73,32 @@ func runSuggest(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Error: reading %s: %v\n", *logPath, err)
 		return exitError
 	}
-	fmt.Fprint(stdout, obs.propose(*minCount, !*noRoutes))
+	if obs.decisions == 0 {
+		fmt.Fprintf(stderr, "Error: %s has no \"proxy decision\" lines (%d lines read): give the decision log BotBox writes to stderr (JSON lines)\n", *logPath, obs.lines)
+		return exitError
+	}
+	p := obs.proposal(*minCount, !*noRoutes)
+	for _, w := range p.warnings() {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	if *configPath == "" {
+		fmt.Fprint(stdout, p.render())
+		return exitOK
+	}
+	base, err := os.ReadFile(*configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return exitError
+	}
+	out, notes, err := mergeProposal(base, p)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: merging into %s: %v\n", *configPath, err)
+		return exitError
+	}
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "note: %s\n", n)
+	}
+	fmt.Fprint(stdout, out)
 	return exitOK
 }
 
@@ -92,8 +124,10 @@ type hostObs struct {
 }
 
 type observations struct {
-	lines, used int
-	hosts       map[string]*hostObs
+	// lines read, decision lines among them, used (allow/report_deny of a
+	// valid host), and used lines whose path could not be a route.
+	lines, decisions, used, pathless int
+	hosts                            map[string]*hostObs
 }
 
 var methodToken = regexp.MustCompile(`^[A-Z]{1,20}$`)
@@ -108,6 +142,7 @@ func readDecisions(r io.Reader) (*observations, error) {
 		if json.Unmarshal(sc.Bytes(), &d) != nil || d.Message != "proxy decision" {
 			continue
 		}
+		o.decisions++
 		if d.Decision != telemetry.DecisionAllow && d.Decision != telemetry.DecisionReportDeny {
 			continue
 		}
@@ -130,9 +165,19 @@ func readDecisions(r io.Reader) (*observations, error) {
 			h.count += d.Repeated
 			continue
 		}
-		if methodToken.MatchString(d.Method) {
-			h.routes[[2]string{d.Method, templatePath(d.Path)}]++
+		path := d.Path
+		if path == "" {
+			// An absolute-form target without a path ("DELETE
+			// http://host"): BotBox forwards "/" (older logs said "").
+			path = "/"
 		}
+		if !methodToken.MatchString(d.Method) || d.Method == http.MethodConnect || !strings.HasPrefix(path, "/") {
+			// No route can name it ("OPTIONS *", a CONNECT, a forged
+			// method): counted, never widened into "/**".
+			o.pathless++
+			continue
+		}
+		h.routes[[2]string{d.Method, templatePath(path)}]++
 	}
 	return o, sc.Err()
 }
@@ -150,10 +195,11 @@ var (
 // templatePath replaces the segments of an absolute path that look like
 // identifiers (numbers, UUIDs, hex strings, long letter-and-digit tokens)
 // or that hold characters outside the unreserved set with "*" (one
-// segment). A path that is not absolute becomes "/**".
+// segment). It is given absolute paths only (readDecisions skips the
+// others); anything else becomes "/", never a glob.
 func templatePath(p string) string {
 	if !strings.HasPrefix(p, "/") {
-		return "/**"
+		return "/"
 	}
 	if p == "/" {
 		return "/"
@@ -217,121 +263,166 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// propose renders the proposal.
-func (o *observations) propose(minCount int, routes bool) string {
-	var b strings.Builder
-	hosts := sortedKeys(o.hosts)
-	kept := 0
-	for _, h := range hosts {
-		if o.hosts[h].count >= minCount {
-			kept++
-		}
-	}
-	fmt.Fprintf(&b, "# Proposed by botbox suggest from %d log lines (%d allow/report_deny decisions), %d hosts.\n", o.lines, o.used, kept)
-	b.WriteString("# A starting point for a least-privilege policy: review every rule, then add\n")
-	b.WriteString("# header_rewrites and limits. Paths: * is one segment, ** any number.\n")
-	b.WriteString("egress_policy:\n  default_action: deny\n")
-	if kept == 0 {
-		b.WriteString("  rules: []\n")
-		return b.String()
-	}
-	b.WriteString("  rules:\n")
-	for _, host := range hosts {
+// proposedRule is one allow rule of a proposal.
+type proposedRule struct {
+	host  string
+	ports []int // sorted; [443] is the default
+	// routes is nil for a rule without routes (--no-routes).
+	routes []proposedRoute
+}
+
+// proposedRoute is one allow route: methods and path globs, sorted.
+type proposedRoute struct {
+	methods, paths []string
+}
+
+// proposal is what suggest proposes, before rendering or merging.
+type proposal struct {
+	obs    *observations
+	rules  []proposedRule
+	routes bool
+	// leftOut names the hosts seen often enough whose routes were all seen
+	// too rarely: left out, never proposed without routes.
+	leftOut []string
+}
+
+// proposal builds the proposal: hosts seen at least minCount times, with
+// (when routes) the routes seen at least minCount times. A host none of
+// whose routes is kept is left out entirely, so a higher --min-count only
+// ever narrows the proposal (TestSuggestMinCountOnlyNarrows).
+func (o *observations) proposal(minCount int, routes bool) *proposal {
+	p := &proposal{obs: o, routes: routes}
+	for _, host := range sortedKeys(o.hosts) {
 		h := o.hosts[host]
 		if h.count < minCount {
 			continue
 		}
-		fmt.Fprintf(&b, "    - host: %s\n      action: allow\n", yamlString(host))
-		ports := make([]int, 0, len(h.ports))
-		for p := range h.ports {
-			ports = append(ports, p)
+		r := proposedRule{host: host}
+		for port := range h.ports {
+			r.ports = append(r.ports, port)
 		}
-		slices.Sort(ports)
-		if !slices.Equal(ports, []int{443}) {
-			strs := make([]string, len(ports))
-			for i, p := range ports {
-				strs[i] = strconv.Itoa(p)
-			}
-			fmt.Fprintf(&b, "      allowed_ports: [%s]\n", strings.Join(strs, ", "))
-		}
+		slices.Sort(r.ports)
 		if routes {
-			writeRoutes(&b, h, minCount)
+			r.routes = proposeRoutes(h, minCount)
+			if len(r.routes) == 0 {
+				p.leftOut = append(p.leftOut, host)
+				continue
+			}
+		}
+		p.rules = append(p.rules, r)
+	}
+	return p
+}
+
+// warnings flags what a reviewer must look at: a route that reaches every
+// path ("/**") or allows many methods, hosts left out by --min-count, and
+// lines no route could name.
+func (p *proposal) warnings() []string {
+	var out []string
+	for _, r := range p.rules {
+		for i, rt := range r.routes {
+			if slices.Contains(rt.paths, "/**") {
+				out = append(out, fmt.Sprintf("%s: routes[%d] reaches every path (\"/**\"): more than %d distinct paths were collapsed; review it", r.host, i, suggestMaxPaths))
+			}
+			if len(rt.methods) > suggestManyMethods {
+				out = append(out, fmt.Sprintf("%s: routes[%d] allows %d methods (%s); review it", r.host, i, len(rt.methods), strings.Join(rt.methods, ", ")))
+			}
+		}
+	}
+	for _, h := range p.leftOut {
+		out = append(out, fmt.Sprintf("%s: left out: no route of it was seen --min-count times", h))
+	}
+	if p.obs.pathless > 0 {
+		out = append(out, fmt.Sprintf("%d decision lines without a path a route can name (\"OPTIONS *\", CONNECT) were counted for their host only", p.obs.pathless))
+	}
+	return out
+}
+
+// render prints the proposal as a configuration.
+func (p *proposal) render() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Proposed by botbox suggest from %d log lines (%d allow/report_deny decisions), %d hosts.\n", p.obs.lines, p.obs.used, len(p.rules))
+	b.WriteString("# A starting point for a least-privilege policy: review every rule, then add\n")
+	b.WriteString("# header_rewrites and limits. Paths: * is one segment, ** any number.\n")
+	for _, w := range p.warnings() {
+		fmt.Fprintf(&b, "# REVIEW: %s\n", w)
+	}
+	b.WriteString("egress_policy:\n  default_action: deny\n")
+	if len(p.rules) == 0 {
+		b.WriteString("  rules: []\n")
+		return b.String()
+	}
+	b.WriteString("  rules:\n")
+	for _, r := range p.rules {
+		fmt.Fprintf(&b, "    - host: %s\n      action: allow\n", yamlString(r.host))
+		if !slices.Equal(r.ports, []int{443}) {
+			fmt.Fprintf(&b, "      allowed_ports: [%s]\n", joinInts(r.ports))
+		}
+		if len(r.routes) == 0 {
+			continue
+		}
+		b.WriteString("      routes:\n")
+		for _, rt := range r.routes {
+			quoted := make([]string, len(rt.paths))
+			for i, p := range rt.paths {
+				quoted[i] = yamlString(p)
+			}
+			fmt.Fprintf(&b, "        - methods: [%s]\n          paths: [%s]\n", strings.Join(rt.methods, ", "), strings.Join(quoted, ", "))
 		}
 	}
 	return b.String()
 }
 
-// writeRoutes groups the host's path globs by the set of methods seen on
-// them: one route per method set, sorted.
-func writeRoutes(b *strings.Builder, h *hostObs, minCount int) {
-	methodsOf := map[string]map[string]bool{} // path -> methods
-	var paths []string
+func joinInts(ns []int) string {
+	strs := make([]string, len(ns))
+	for i, n := range ns {
+		strs[i] = strconv.Itoa(n)
+	}
+	return strings.Join(strs, ", ")
+}
+
+// proposeRoutes returns the host's routes seen at least minCount times:
+// each method's paths collapsed on their own (collapse), so a method seen
+// on one path never gains the paths of another method; then one route per
+// set of methods sharing the same globs, sorted.
+func proposeRoutes(h *hostObs, minCount int) []proposedRoute {
+	pathsOf := map[string][]string{} // method -> templated paths
 	for k, n := range h.routes {
-		if n < minCount {
-			continue
-		}
-		if methodsOf[k[1]] == nil {
-			methodsOf[k[1]] = map[string]bool{}
-			paths = append(paths, k[1])
-		}
-		methodsOf[k[1]][k[0]] = true
-	}
-	if len(paths) == 0 {
-		return
-	}
-	slices.Sort(paths)
-	globs := collapse(paths)
-	byGlob := map[string]map[string]bool{}
-	for _, g := range globs {
-		byGlob[g] = map[string]bool{}
-	}
-	for _, p := range paths {
-		for _, g := range globs {
-			if g == p || covered(g, p) {
-				for m := range methodsOf[p] {
-					byGlob[g][m] = true
-				}
-			}
+		if n >= minCount {
+			pathsOf[k[0]] = append(pathsOf[k[0]], k[1])
 		}
 	}
-	// Drop a glob another glob covers (its methods go to the wider one).
-	final := map[string]map[string]bool{}
-	for _, g := range globs {
-		wider := ""
-		for _, o := range globs {
-			if o != g && covered(o, g) {
-				wider = o
+	methodsOf := map[string]map[string]bool{} // glob -> methods
+	for m, paths := range pathsOf {
+		slices.Sort(paths)
+		for _, g := range dropCovered(collapse(paths)) {
+			if methodsOf[g] == nil {
+				methodsOf[g] = map[string]bool{}
 			}
-		}
-		if wider == "" {
-			if final[g] == nil {
-				final[g] = map[string]bool{}
-			}
-			for m := range byGlob[g] {
-				final[g][m] = true
-			}
-		} else {
-			if final[wider] == nil {
-				final[wider] = map[string]bool{}
-			}
-			for m := range byGlob[g] {
-				final[wider][m] = true
-			}
+			methodsOf[g][m] = true
 		}
 	}
-	groups := map[string][]string{} // "GET,HEAD" -> paths
-	for _, g := range sortedKeys(final) {
-		key := strings.Join(sortedKeys(final[g]), ", ")
+	groups := map[string][]string{} // "GET, HEAD" -> globs
+	for _, g := range sortedKeys(methodsOf) {
+		key := strings.Join(sortedKeys(methodsOf[g]), ", ")
 		groups[key] = append(groups[key], g)
 	}
-	b.WriteString("      routes:\n")
+	var out []proposedRoute
 	for _, key := range sortedKeys(groups) {
-		quoted := make([]string, len(groups[key]))
-		for i, p := range groups[key] {
-			quoted[i] = yamlString(p)
-		}
-		fmt.Fprintf(b, "        - methods: [%s]\n          paths: [%s]\n", key, strings.Join(quoted, ", "))
+		out = append(out, proposedRoute{methods: strings.Split(key, ", "), paths: groups[key]})
 	}
+	return out
+}
+
+// dropCovered removes the globs another glob of the list covers.
+func dropCovered(globs []string) []string {
+	var out []string
+	for _, g := range globs {
+		if !slices.ContainsFunc(globs, func(o string) bool { return o != g && covered(o, g) }) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // yamlString quotes s as a YAML double-quoted scalar (JSON's escaping is

@@ -11,7 +11,8 @@ import (
 )
 
 // policyWarnings adds the warnings of issue 11 point 8 about a valid
-// policy: routes that can never match, and wildcard allows that still admit
+// policy: routes that can never match, deny routes under a broader allow
+// route (as strong as the origin's parser only), and wildcard allows that still admit
 // what a deny rule seems to refuse. Rules themselves cannot shadow each
 // other (exact hosts, longest suffix and longest prefix are each unique).
 func (c *checker) policyWarnings(p Policy) {
@@ -56,18 +57,53 @@ func (c *checker) policyWarnings(p Policy) {
 
 // shadowedRoutes warns about a route that an earlier route of the same
 // rule always matches first (reqpath.Pattern.Covers: sound, so a warning is
-// never wrong, though some shadowed routes may go unreported).
+// never wrong, though some shadowed routes may go unreported), and about a
+// deny route that carves an exception out of a broader allow route after
+// it (denyUnderAllow).
 func (c *checker) shadowedRoutes(r Rule) {
+	shadowed := make([]bool, len(r.Routes))
 	for j, later := range r.Routes {
 		for i, earlier := range r.Routes[:j] {
 			if !methodsCover(earlier.Methods, later.Methods) || !pathsCover(earlier.Paths, later.Paths) {
 				continue
 			}
+			shadowed[j] = true
 			c.warn(fmt.Sprintf("egress_policy.rules[%d].routes[%d]", r.Index, j),
 				fmt.Sprintf("this route can never match: routes[%d] (action %s) matches every request it would", i, earlier.Action))
 			break
 		}
 	}
+	for i, deny := range r.Routes {
+		if deny.Action != ActionDeny || shadowed[i] {
+			continue
+		}
+		for j := i + 1; j < len(r.Routes); j++ {
+			allow := r.Routes[j]
+			if allow.Action != ActionAllow || shadowed[j] || !methodsOverlap(deny.Methods, allow.Methods) || !coversSomePath(allow.Paths, deny.Paths) {
+				continue
+			}
+			c.warn(fmt.Sprintf("egress_policy.rules[%d].routes[%d]", r.Index, i),
+				fmt.Sprintf("deny route under the broader allow routes[%d]: it holds only as far as the origin reads paths the way BotBox folds them (case, escapes, trailing dots and '/', extensions); prefer an allow-only route set that lists what may pass (docs/policy.md)", j))
+			break
+		}
+	}
+}
+
+// methodsOverlap reports whether some method is in both lists (nil: any).
+func methodsOverlap(a, b []string) bool {
+	if a == nil || b == nil {
+		return true
+	}
+	return slices.ContainsFunc(a, func(m string) bool { return slices.Contains(b, m) })
+}
+
+// coversSomePath reports whether the paths a (nil: any) cover at least one
+// path of b (nil: any path, which only "/**" or any covers).
+func coversSomePath(a, b []string) bool {
+	if b == nil {
+		return pathsCover(a, nil)
+	}
+	return slices.ContainsFunc(b, func(p string) bool { return pathsCover(a, []string{p}) })
 }
 
 func methodsCover(a, b []string) bool {

@@ -22,7 +22,7 @@ func TestRoutes(t *testing.T) {
         - paths: ["/admin/**"]
           action: deny
         - methods: [POST]
-    - host: "*.githubusercontent.com"
+    - host: "*.fastly.example-cdn.net"
       action: allow
 `)
 	want := []Route{
@@ -91,6 +91,20 @@ func TestPolicyWarnings(t *testing.T) {
         - paths: ["/**"]
           action: deny
         - methods: [DELETE]
+    - host: gh2.example.org
+      action: allow
+      routes:
+        - paths: ["/repos/acme/app/hooks/**", "/other"]
+          action: deny
+        - methods: [DELETE]
+          paths: ["/x/**"]
+          action: deny
+        - methods: [GET, HEAD]
+          paths: ["/repos/acme/**"]
+        - methods: [POST]
+          paths: ["/x/*"]
+        - methods: [GET]
+          paths: ["/**"]
 `)
 	var got []string
 	for _, w := range c.Warnings {
@@ -99,6 +113,7 @@ func TestPolicyWarnings(t *testing.T) {
 	want := []string{
 		"egress_policy.rules[6].routes[1]: this route can never match: routes[0] (action allow) matches every request it would",
 		"egress_policy.rules[6].routes[4]: this route can never match: routes[3] (action deny) matches every request it would",
+		"egress_policy.rules[7].routes[0]: deny route under the broader allow routes[2]: it holds only as far as the origin reads paths the way BotBox folds them (case, escapes, trailing dots and '/', extensions); prefer an allow-only route set that lists what may pass (docs/policy.md)",
 		"egress_policy.rules[1].host: deny rule api.example.com does not cover its subdomains: *.example.com (allow, rules[0]) still allows e.g. x.api.example.com; add a deny rule *.api.example.com if they should be denied too",
 		"egress_policy.rules[2].host: deny rule *.internal.example.com does not cover internal.example.com itself, which *.example.com (allow, rules[0]) still allows; add a deny rule for internal.example.com if it should be denied too",
 	}

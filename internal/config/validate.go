@@ -369,6 +369,14 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 		}
 	}
 
+	if hostOK && r.Action == ActionAllow && strings.HasPrefix(host, hostport.WildcardPrefix) {
+		// A deny wildcard may name a public suffix (it denies every
+		// tenant); an allow one would admit them all, with this rule's
+		// header_rewrites.
+		if err := hostport.CheckWildcardAllow(strings.TrimPrefix(host, hostport.WildcardPrefix)); err != nil {
+			c.errorf(path+".host", "%v", err)
+		}
+	}
 	if hostOK && r.Action == ActionAllow && hostport.IsCIDR(host) {
 		if pfx, err := netip.ParsePrefix(host); err == nil && (pfx.Addr().Is4() && pfx.Bits() < minAllowBits4 || pfx.Addr().Is6() && pfx.Bits() < minAllowBits6) {
 			c.errorf(path+".host", "CIDR %s is too wide for an allow rule (at most /%d for IPv4, /%d for IPv6); split it or use a deny rule", host, minAllowBits4, minAllowBits6)

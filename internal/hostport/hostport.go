@@ -20,8 +20,9 @@
 // deny rules described in reference §10.3 #3.
 //
 // Rule hosts have two more forms, parsed beside ParseHost: wildcards
-// ("*.example.com", ParseWildcard: a canonical suffix, never '*' elsewhere,
-// never over a public suffix) and CIDR prefixes ("10.0.0.0/8", ParseCIDR).
+// ("*.example.com", ParseWildcard: a canonical suffix, never '*' elsewhere;
+// CheckWildcardAllow: an allow wildcard never over a public suffix of
+// either section of the list) and CIDR prefixes ("10.0.0.0/8", ParseCIDR).
 // Parse and ParseHost still refuse '*' and '/': a request target is never a
 // pattern.
 //

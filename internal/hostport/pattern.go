@@ -19,12 +19,10 @@ const WildcardPrefix = "*."
 // The pattern matches any name with one or more labels before the suffix,
 // never the suffix itself (package policy holds that). It refuses, with an
 // error wrapping ErrInvalid that says why: "*" alone, a '*' anywhere but a
-// leading "*." ("*example.com", "a.*.com", "*.*.com"), an IP-literal suffix,
-// a single-label suffix ("*.com", "*.internal") and a suffix that is an
-// ICANN public suffix ("*.co.uk", "*.com.au": golang.org/x/net/publicsuffix),
-// since such a pattern admits names under every owner of that suffix.
-// Private-section suffixes of the list (githubusercontent.com,
-// s3.amazonaws.com) are accepted: they belong to one operator.
+// leading "*." ("*example.com", "a.*.com", "*.*.com"), an IP-literal suffix
+// and a single-label suffix ("*.com", "*.internal"). A suffix that is a
+// public suffix is a valid pattern (a deny rule may name "*.workers.dev");
+// an allow rule checks CheckWildcardAllow too.
 func ParseWildcard(pattern string) (canonical, suffix string, err error) {
 	s := strings.Trim(pattern, " \t")
 	rest, ok := strings.CutPrefix(s, WildcardPrefix)
@@ -44,10 +42,40 @@ func ParseWildcard(pattern string) (canonical, suffix string, err error) {
 	if !strings.Contains(suffix, ".") {
 		return "", "", invalid(pattern, fmt.Sprintf("%q is a top-level domain; a wildcard must name a registrable domain such as \"*.example.%s\"", suffix, suffix))
 	}
-	if ps, icann := publicsuffix.PublicSuffix(suffix); icann && ps == suffix {
-		return "", "", invalid(pattern, fmt.Sprintf("%q is a public suffix; a wildcard under it would admit every domain registered there", suffix))
-	}
 	return WildcardPrefix + suffix, suffix, nil
+}
+
+// CheckWildcardAllow refuses, with an error wrapping ErrInvalid that names
+// the suffix and its section, an allow wildcard over the canonical suffix
+// when the suffix is itself a public suffix of the Public Suffix List
+// (golang.org/x/net/publicsuffix), in its ICANN section ("co.uk",
+// "com.au") or its private section ("workers.dev", "vercel.app",
+// "herokuapp.com", "github.io", "s3.us-east-1.amazonaws.com"): the names
+// under it belong to every customer registered there, so such a wildcard
+// would admit, and hand the rule's credential to, anyone's host.
+// TestCheckWildcardAllow.
+func CheckWildcardAllow(suffix string) error {
+	ps, icann := publicsuffix.PublicSuffix(suffix)
+	if ps != suffix || !strings.Contains(suffix, ".") {
+		return nil
+	}
+	section := "private section of the Public Suffix List: a provider's customers each get their own names there"
+	if icann {
+		section = "ICANN section of the Public Suffix List: a registry's customers each register their own domains there"
+	}
+	return invalid(WildcardPrefix+suffix, fmt.Sprintf("%q is a public suffix (%s); an allow wildcard under it would admit every one of them: name the exact host, e.g. \"myapp.%s\"", suffix, section, suffix))
+}
+
+// UnderDeeperPublicSuffix reports whether the canonical name lies under a
+// public suffix longer than suffix (one of its parent domains), without
+// being that public suffix itself: "bucket.s3.amazonaws.com" under
+// "amazonaws.com" (s3.amazonaws.com is a private-section suffix), so the
+// name belongs to a tenant of that suffix, not to the operator of suffix.
+// Package policy never lets an allow wildcard over suffix match such a
+// name. It does not allocate.
+func UnderDeeperPublicSuffix(name, suffix string) bool {
+	ps, _ := publicsuffix.PublicSuffix(name)
+	return len(ps) > len(suffix) && ps != name
 }
 
 // IsWildcard reports whether a rule host is meant as a wildcard pattern (it

@@ -78,7 +78,7 @@ var allowedInternal = map[string][]string{
 	"secrets":     {"secretref", "volwatch"},                                 // secretref.Valid: the one secret_ref name rule
 	"volwatch":    {},
 	"generation":  {"addrguard", "config", "policy", "rewrite"},
-	"policy":      {"config", "hostport", "reqpath"},
+	"policy":      {"addrguard", "config", "hostport", "reqpath"},
 	"rewrite":     {"config", "echo", "secrets"},         // secrets only for the Value type
 	"placeholder": {"secretref", "secrets", "telemetry"}, // secrets only for the Value type; telemetry for log keys
 	"upstream":    {"addrguard"},
@@ -86,7 +86,7 @@ var allowedInternal = map[string][]string{
 	"mitm":        {"echo", "hostport"},
 	"netfilter":   {},
 	"listener":    {"telemetry"},
-	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "rewrite", "scrub", "secrets", "telemetry", "upstream"},
+	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "reqpath", "rewrite", "scrub", "secrets", "telemetry", "upstream"}, // reqpath: Override for the policy's Target
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
 	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                                            // hostport: the same canonical name the policy judged

@@ -32,6 +32,14 @@
 //  3. CIDR "203.0.113.0/24": IP-literal targets only; the longest matching
 //     prefix wins (the prefixes are kept sorted by length, longest first).
 //
+// An allow wildcard never matches a name under a public suffix deeper than
+// its own ("*.amazonaws.com" and "bucket.s3.amazonaws.com":
+// hostport.UnderDeeperPublicSuffix), so it never hands its rewrites to a
+// tenant; the search goes on to shorter suffixes. An IPv6 literal that
+// carries an IPv4 address (IPv4-compatible, NAT64, 6to4, Teredo: the forms
+// of addrguard.Embedded, which the address guard judges as that IPv4) is
+// judged under each reading, deny winning (matchIPv6).
+//
 // Hosts are compared on their canonical form (package hostport: lowercase,
 // punycode, no trailing dot, canonical IP text), so case, a trailing dot or
 // IDNA spelling cannot dodge a deny rule (reference §10.3 #3). So
@@ -47,6 +55,12 @@
 // 400) before any route is tried. Then the first route whose methods and
 // path globs match decides: an allow route allows (ReasonRuleAllow), a deny
 // route denies (ReasonRouteDeny); no matching route denies (ReasonNoRoute).
+// An allow route matches the canonical path and the method byte for byte;
+// a deny route matches their most permissive reading (reqpath.Fold: case,
+// escapes, trailing dots and '/', extensions; methods in any case, GET
+// covering HEAD), so a deny holds whatever the origin's parser. A request
+// carrying a method or path override (Target.Override) is denied with
+// ReasonMethodOverride (400) before any route is tried.
 // Decision.Path is the canonical path, the one the proxy must forward.
 // A rule without routes never looks at the path, so reference configs
 // decide exactly as before.
@@ -86,6 +100,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/botbox/botbox/internal/addrguard"
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/reqpath"
@@ -151,6 +166,11 @@ const (
 	// ReasonAmbiguousPath: the rule has routes and the request path has
 	// more than one reading (package reqpath); the proxy answers 400.
 	ReasonAmbiguousPath Reason = "ambiguous_path"
+	// ReasonMethodOverride: the rule has routes and the request carries a
+	// method or path override (reqpath.Override: X-HTTP-Method-Override,
+	// _method, ...), with which the origin may run what no route judged;
+	// the proxy answers 400.
+	ReasonMethodOverride Reason = "method_override"
 )
 
 // Target is what a decision is about.
@@ -164,6 +184,10 @@ type Target struct {
 	// Path is the request's escaped path (url.URL.EscapedPath: no query).
 	// Only a rule with routes looks at it, after canonicalising it.
 	Path string
+	// Override is reqpath.Override of the request's headers and query: the
+	// name of a method or path override it carries, "" for none. Only a
+	// rule with routes looks at it (and refuses the request).
+	Override string
 }
 
 // Rule is one compiled rule: the configured rule (its canonical Host, its
@@ -182,6 +206,9 @@ type route struct {
 	allow   bool
 }
 
+// matches reports whether an allow route admits method and the canonical
+// path: byte-exact, since a narrower reading than the origin's can only
+// refuse more.
 func (rt *route) matches(method, path string) bool {
 	if rt.methods != nil && !slices.Contains(rt.methods, method) {
 		return false
@@ -191,6 +218,28 @@ func (rt *route) matches(method, path string) bool {
 	}
 	for i := range rt.paths {
 		if rt.paths[i].Match(path) {
+			return true
+		}
+	}
+	return false
+}
+
+// denies reports whether a deny route matches method and the folded path
+// under the most permissive reading an origin may make: methods compared
+// case-insensitively, a GET also denying HEAD (which origins serve with
+// the GET handler), paths by reqpath.Pattern.MatchFolded (case, escapes,
+// trailing dots and '/', extensions). TestDenyRouteHoldsUnderOriginReadings.
+func (rt *route) denies(method string, path reqpath.Folded) bool {
+	if rt.methods != nil && !slices.ContainsFunc(rt.methods, func(m string) bool {
+		return strings.EqualFold(m, method) || m == "GET" && strings.EqualFold(method, "HEAD")
+	}) {
+		return false
+	}
+	if rt.anyPath {
+		return true
+	}
+	for i := range rt.paths {
+		if rt.paths[i].MatchFolded(path) {
 			return true
 		}
 	}
@@ -241,6 +290,9 @@ type Policy struct {
 	rules []Rule
 	// exact indexes exact-host rules by canonical host (match stage 1).
 	exact map[string]*Rule
+	// exactAddr indexes the exact-host rules whose host is an IP literal
+	// by address, for the IPv4 readings of an IPv6 literal (matchIPv6).
+	exactAddr map[netip.Addr]*Rule
 	// wild indexes wildcard rules by canonical suffix (stage 2).
 	wild map[string]*Rule
 	// cidrs holds CIDR rules, longest prefix first (stage 3).
@@ -259,9 +311,10 @@ type cidrRule struct {
 // compiled policy shares no memory with p.
 func Compile(p config.Policy) (*Policy, error) {
 	c := &Policy{
-		rules: make([]Rule, len(p.Rules)),
-		exact: make(map[string]*Rule, len(p.Rules)),
-		wild:  make(map[string]*Rule),
+		rules:     make([]Rule, len(p.Rules)),
+		exact:     make(map[string]*Rule, len(p.Rules)),
+		exactAddr: make(map[netip.Addr]*Rule),
+		wild:      make(map[string]*Rule),
 	}
 	switch p.DefaultAction {
 	case config.ActionAllow:
@@ -302,6 +355,9 @@ func Compile(p config.Policy) (*Policy, error) {
 			c.cidrs = append(c.cidrs, cidrRule{prefix: pfx, rule: rule})
 		default:
 			c.exact[r.Host] = rule
+			if a, err := netip.ParseAddr(r.Host); err == nil {
+				c.exactAddr[a] = rule
+			}
 		}
 	}
 	// Longest prefix first; equal lengths keep file order (they cannot
@@ -358,7 +414,11 @@ func checkRule(r config.Rule) error {
 	var err error
 	switch {
 	case hostport.IsWildcard(r.Host):
-		canon, _, err = hostport.ParseWildcard(r.Host)
+		var suffix string
+		canon, suffix, err = hostport.ParseWildcard(r.Host)
+		if err == nil && r.Action == config.ActionAllow {
+			err = hostport.CheckWildcardAllow(suffix)
+		}
 	case hostport.IsCIDR(r.Host):
 		var pfx netip.Prefix
 		pfx, canon, err = hostport.ParseCIDR(r.Host)
@@ -387,8 +447,9 @@ func checkRule(r config.Rule) error {
 }
 
 // Decide decides t. It does not allocate unless the rule has routes and
-// the path is not canonical. A nil *Policy, or a target with an empty host,
-// is denied.
+// the path is not canonical or a deny route is tried (Fold), or an allow
+// wildcard matched (publicsuffix's one allocation). A nil *Policy, or a
+// target with an empty host, is denied.
 func (p *Policy) Decide(t Target) Decision {
 	port := t.Host.PortOr(DefaultPort)
 	if p == nil || t.Host.Host == "" {
@@ -401,21 +462,37 @@ func (p *Policy) Decide(t Target) Decision {
 	return d.Rule.route(d, t)
 }
 
-// route applies r's routes to an Allow decision d for t.
+// route applies r's routes to an Allow decision d for t: an ambiguous
+// path or a method override is refused first; then the first route that
+// matches decides, an allow route on the canonical path and method as
+// written (route.matches), a deny route on their most permissive reading
+// (route.denies).
 func (r *Rule) route(d Decision, t Target) Decision {
 	cp, err := reqpath.Canonical(t.Path)
 	if err != nil {
 		return Decision{Kind: Deny, Rule: r, Reason: ReasonAmbiguousPath, Port: d.Port, Route: -1}
 	}
+	if t.Override != "" {
+		return Decision{Kind: Deny, Rule: r, Reason: ReasonMethodOverride, Port: d.Port, Route: -1}
+	}
 	d.Path = cp
+	var folded reqpath.Folded // computed at the first deny route
 	for i := range r.routes {
-		if !r.routes[i].matches(t.Method, cp) {
-			continue
-		}
-		d.Route = i
-		if !r.routes[i].allow {
+		rt := &r.routes[i]
+		if rt.allow {
+			if !rt.matches(t.Method, cp) {
+				continue
+			}
+		} else {
+			if folded.Path == "" {
+				folded = reqpath.Fold(cp)
+			}
+			if !rt.denies(t.Method, folded) {
+				continue
+			}
 			d.Kind, d.Reason = Deny, ReasonRouteDeny
 		}
+		d.Route = i
 		return d
 	}
 	d.Kind, d.Reason = Deny, ReasonNoRoute
@@ -423,8 +500,12 @@ func (r *Rule) route(d Decision, t Target) Decision {
 }
 
 // match finds the rule for the canonical host h, nil if none: exact, then
-// the longest wildcard suffix, then (IP literals) the longest CIDR.
+// the longest wildcard suffix, then (IP literals) the longest CIDR. An
+// IPv6 literal that carries an IPv4 address is matched by matchIPv6.
 func (p *Policy) match(h string) *Rule {
+	if strings.IndexByte(h, ':') >= 0 {
+		return p.matchIPv6(h)
+	}
 	if r := p.exact[h]; r != nil {
 		return r
 	}
@@ -434,7 +515,11 @@ func (p *Policy) match(h string) *Rule {
 			// i > 0: a wildcard needs a non-empty label before its suffix
 			// (".example.com" is not under *.example.com), even for a raw,
 			// hand-built target (FuzzDecide, testdata/fuzz/FuzzDecide).
-			if r := p.wild[suffix]; r != nil && i > 0 {
+			// An allow wildcard never admits a tenant of a public suffix
+			// below its own (hostport.UnderDeeperPublicSuffix): the search
+			// goes on to shorter suffixes, where a deny wildcard still
+			// matches.
+			if r := p.wild[suffix]; r != nil && i > 0 && (r.Action != config.ActionAllow || !hostport.UnderDeeperPublicSuffix(h, suffix)) {
 				return r
 			}
 			j := strings.IndexByte(suffix, '.')
@@ -446,14 +531,66 @@ func (p *Policy) match(h string) *Rule {
 	}
 	if len(p.cidrs) > 0 {
 		if a, err := netip.ParseAddr(h); err == nil {
-			for _, c := range p.cidrs {
-				if c.prefix.Contains(a) {
-					return c.rule
-				}
-			}
+			return p.matchCIDR(a)
 		}
 	}
 	return nil
+}
+
+// matchCIDR returns the CIDR rule with the longest prefix containing a.
+func (p *Policy) matchCIDR(a netip.Addr) *Rule {
+	for _, c := range p.cidrs {
+		if c.prefix.Contains(a) {
+			return c.rule
+		}
+	}
+	return nil
+}
+
+// matchAddr is match for an address with no other reading: the exact rule
+// naming it, else the longest CIDR.
+func (p *Policy) matchAddr(a netip.Addr) *Rule {
+	if r := p.exactAddr[a]; r != nil {
+		return r
+	}
+	return p.matchCIDR(a)
+}
+
+// matchIPv6 matches the IPv6 literal h. One that carries IPv4 addresses
+// (addrguard.Embedded: IPv4-compatible, NAT64, 6to4, Teredo; the address
+// guard judges the same forms as the same IPv4) is judged under every
+// reading, the IPv4 addresses it carries and the literal itself, deny
+// winning: a deny rule matching any reading decides; else the rule of the
+// first carried IPv4 that a rule names; else the literal's own rule (an
+// IPv6 prefix rule such as 64:ff9b::/96 decides for IPv4 addresses no
+// rule names). TestEmbeddedIPv4Readings.
+func (p *Policy) matchIPv6(h string) *Rule {
+	a, err := netip.ParseAddr(h)
+	if err != nil {
+		return p.exact[h]
+	}
+	own := p.matchAddr(a)
+	form, carried := addrguard.Embedded(a)
+	if form == "" {
+		return own
+	}
+	var first *Rule
+	for _, v4 := range carried {
+		if !v4.IsValid() {
+			continue
+		}
+		r := p.matchAddr(v4)
+		if r != nil && r.Action != config.ActionAllow {
+			return r
+		}
+		if first == nil {
+			first = r
+		}
+	}
+	if own != nil && own.Action != config.ActionAllow || first == nil {
+		return own
+	}
+	return first
 }
 
 // verdict applies rule r (nil: the default action) to port, before routes.

@@ -30,6 +30,7 @@ const (
 	bodyAddrDenied      = "destination address not allowed"
 	bodyRouteDenied     = "route not allowed"
 	bodyAmbiguousPath   = "ambiguous request path"
+	bodyMethodOverride  = "method override not allowed"
 	bodyBodyTooLarge    = "request body too large"
 	bodyRateLimited     = "rate limit exceeded"
 
@@ -42,7 +43,7 @@ const (
 // Reasons of the decision line (and of the X-Botbox-Reason header) that
 // BotBox's pipeline gives; the policy's reasons (policy.Reason: rule_allow,
 // rule_deny, default_allow, default_deny, port_not_allowed, route_deny,
-// no_route, ambiguous_path) and the abort
+// no_route, ambiguous_path, method_override) and the abort
 // reasons (telemetry.Abort…) complete the set. docs/troubleshooting.md
 // explains each with its fix.
 const (

@@ -217,7 +217,11 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	}
 	host, cutHost := bound(x.host)
 	method, cutMethod := bound(r.Method)
-	path, cutPath := bound(r.URL.Path) // never the query: it may carry tokens
+	logPath := r.URL.Path
+	if logPath == "" && r.Method != http.MethodConnect {
+		logPath = "/" // what rewrite forwards for an absolute-form target without a path
+	}
+	path, cutPath := bound(logPath) // never the query: it may carry tokens
 	attrs := make([]slog.Attr, 0, 24)
 	attrs = append(attrs,
 		slog.String(telemetry.KeyRequestID, x.id),

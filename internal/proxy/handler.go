@@ -18,6 +18,7 @@ import (
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
+	"github.com/botbox/botbox/internal/reqpath"
 	"github.com/botbox/botbox/internal/scrub"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -271,7 +272,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if path == "" {
 		path = "/" // what rewrite forwards for an empty path
 	}
-	d := g.Policy.Decide(policy.Target{Host: hp, Method: r.Method, Path: path})
+	d := g.Policy.Decide(policy.Target{Host: hp, Method: r.Method, Path: path, Override: reqpath.Override(r.Header, r.URL.RawQuery)})
 	if d.Rule != nil {
 		x.rule = d.Rule.Host
 	}
@@ -292,6 +293,9 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		case policy.ReasonAmbiguousPath:
 			// Refused before any route is tried (package reqpath).
 			h.reject(x, http.StatusBadRequest, bodyAmbiguousPath, telemetry.DecisionDeniedPath, string(d.Reason))
+		case policy.ReasonMethodOverride:
+			// A method or path override the origin may obey (reqpath.Override).
+			h.reject(x, http.StatusBadRequest, bodyMethodOverride, telemetry.DecisionDeniedRoute, string(d.Reason))
 		case policy.ReasonRouteDeny, policy.ReasonNoRoute:
 			h.reject(x, http.StatusForbidden, bodyRouteDenied, telemetry.DecisionDeniedRoute, string(d.Reason))
 		default:

@@ -100,7 +100,7 @@ func TestRouteForwardsCanonicalPath(t *testing.T) {
 	e.usePolicy(routedRules)
 	for _, tc := range []struct{ sent, want string }{
 		{"/repos/%61cme/%7Ex", "/repos/acme/~x"},
-		{"/repos/acme/a%3bb?q=%2f&x=..", "/repos/acme/a%3Bb?q=%2f&x=.."},
+		{"/repos/acme/a%3ab?q=%2f&x=..", "/repos/acme/a%3Ab?q=%2f&x=.."},
 		{"/repos/acme/%e2%82%ac", "/repos/acme/%E2%82%AC"},
 		{"/user", "/user"},
 	} {

@@ -8,14 +8,23 @@
 // no fragment). Canonical refuses, with an error wrapping ErrAmbiguous:
 //
 //   - an empty path or one not starting with '/';
-//   - a '.' or '..' segment, also when spelled with escapes ("%2e%2E");
+//   - a '.' or '..' segment, also when spelled with escapes ("%2e%2E"), and
+//     any segment made of dots only ("...");
 //   - an empty segment ("//"), except the single trailing '/' of "/a/";
 //   - an encoded slash or backslash ("%2F", "%2f", "%5C", "%5c");
 //   - a raw backslash;
 //   - a control byte, raw or encoded (0x00–0x1F, 0x7F; so "%00");
 //   - a byte >= 0x80 or a space, '"', '<', '>', '^', '`', '{', '|', '}',
 //     '?', '#' written raw (EscapedPath always escapes them);
-//   - a '%' not followed by two hex digits.
+//   - a '%' not followed by two hex digits;
+//   - a ';', raw or "%3B" (servlet containers and Spring cut a segment at
+//     it: "/hooks;x=1" is "/hooks" to them);
+//   - "%25", an encoded '%' (a double-decoding origin reads "%252e" as
+//     ".");
+//   - escapes of bytes >= 0x80 that are not valid UTF-8 (overlong
+//     "%C0%AE", surrogates, truncated sequences), and a non-ASCII rune an
+//     origin may read as ASCII (asciiAlias: fullwidth "%EF%BC%8E",
+//     ligatures, the Kelvin sign, dotless i).
 //
 // It decodes a percent-escape of an unreserved character (A–Z a–z 0–9 - . _ ~,
 // RFC 3986 §2.3 and §6.2.2.2: "%7E" -> "~", "%61" -> "a"), and keeps every
@@ -85,22 +94,32 @@ func Canonical(p string) (string, error) {
 				return "", ambiguous(p, "encoded slash or backslash")
 			case v < 0x20 || v == 0x7f:
 				return "", ambiguous(p, "encoded control byte")
+			case v == '%':
+				return "", ambiguous(p, "encoded '%' (a double-decoding origin reads another path)")
+			case v == ';':
+				return "", ambiguous(p, "encoded ';' (a path parameter to some origins)")
 			case unreserved(v):
 				if b == nil {
 					b = append(make([]byte, 0, len(p)), p[:i]...)
 				}
 				b = append(b, v)
+				i += 2
+			case v >= 0x80:
+				end, why := checkEscapedRune(p, i)
+				if why != "" {
+					return "", ambiguous(p, why)
+				}
+				for ; i < end; i += 3 {
+					b = appendEscape(b, p, i)
+				}
+				i--
 			default:
-				esc := [3]byte{'%', upperHex[v>>4], upperHex[v&15]}
-				if b == nil && (p[i+1] != esc[1] || p[i+2] != esc[2]) {
-					b = append(make([]byte, 0, len(p)), p[:i]...)
-				}
-				if b != nil {
-					b = append(b, esc[:]...)
-				}
+				b = appendEscape(b, p, i)
+				i += 2
 			}
-			i += 2
 			continue
+		case c == ';':
+			return "", ambiguous(p, "';' path parameter (servlet containers and Spring strip it before routing)")
 		case c == '\\':
 			return "", ambiguous(p, "backslash")
 		case c < 0x20 || c == 0x7f:
@@ -137,8 +156,31 @@ func checkSegment(p string, b []byte, from, to int) error {
 		return ambiguous(p, "empty path segment ('//')")
 	case seg == "." || seg == "..":
 		return ambiguous(p, "'.' or '..' segment")
+	case seg != "" && strings.Trim(seg, ".") == "":
+		return ambiguous(p, "segment of dots only")
 	}
 	return nil
+}
+
+// appendEscape appends the escape at p[i:i+3] with upper-case hex to b,
+// starting b as a copy of p[:i] when the escape is not already upper-case
+// (b nil means the output equals the input so far).
+func appendEscape(b []byte, p string, i int) []byte {
+	hi, lo := upper(p[i+1]), upper(p[i+2])
+	if b == nil && (p[i+1] != hi || p[i+2] != lo) {
+		b = append(make([]byte, 0, len(p)), p[:i]...)
+	}
+	if b != nil {
+		b = append(b, '%', hi, lo)
+	}
+	return b
+}
+
+func upper(c byte) byte {
+	if c >= 'a' && c <= 'f' {
+		return c - 'a' + 'A'
+	}
+	return c
 }
 
 func unreserved(c byte) bool {
@@ -168,6 +210,8 @@ func ambiguous(p, why string) error {
 type Pattern struct {
 	text string
 	segs []string
+	// folded is segs in the form deny routes compare (Fold, MatchFolded).
+	folded []string
 }
 
 // String returns the pattern's canonical text.
@@ -188,14 +232,18 @@ func ParsePattern(s string) (Pattern, error) {
 			return Pattern{}, fmt.Errorf("%w %q: '*' and '**' must be whole segments (write %%2A for a literal '*')", ErrPattern, echo.Clip(s))
 		}
 	}
-	return Pattern{text: c, segs: segs}, nil
+	return Pattern{text: c, segs: segs, folded: foldPattern(segs)}, nil
 }
 
 // Match reports whether the canonical path p (a result of Canonical)
 // matches g. It does not allocate. Its cost is O(len(segments of p) ×
 // len(segments of g)) at worst (one backtracking point, the last "**").
-func (g Pattern) Match(p string) bool {
-	if g.segs == nil || p == "" || p[0] != '/' {
+func (g Pattern) Match(p string) bool { return matchSegs(g.segs, p) }
+
+// matchSegs matches path p against the pattern segments segs (nil: no
+// match); Match's contract.
+func matchSegs(segs []string, p string) bool {
+	if segs == nil || p == "" || p[0] != '/' {
 		return false
 	}
 	n := len(p)
@@ -214,13 +262,13 @@ func (g Pattern) Match(p string) bool {
 	pi, s := 0, 1
 	starP, starS := -1, 0
 	for s <= n {
-		if pi < len(g.segs) && g.segs[pi] == "**" {
+		if pi < len(segs) && segs[pi] == "**" {
 			starP, starS = pi, s
 			pi++
 			continue
 		}
-		if pi < len(g.segs) {
-			ps, cur := g.segs[pi], seg(s)
+		if pi < len(segs) {
+			ps, cur := segs[pi], seg(s)
 			if ps == cur || ps == "*" && cur != "" {
 				pi++
 				s = next(s)
@@ -234,10 +282,10 @@ func (g Pattern) Match(p string) bool {
 		}
 		return false
 	}
-	for pi < len(g.segs) && g.segs[pi] == "**" {
+	for pi < len(segs) && segs[pi] == "**" {
 		pi++
 	}
-	return pi == len(g.segs)
+	return pi == len(segs)
 }
 
 // Covers reports whether every path h matches is also matched by g. It is

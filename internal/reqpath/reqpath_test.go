@@ -14,12 +14,13 @@ func TestCanonical(t *testing.T) {
 		{"/%7E/%7e", "/~/~"},
 		{"/%61%62c", "/abc"},
 		{"/a%2D%2e%5F", "/a-._"},
-		{"/a%3b", "/a%3B"},
-		{"/a%3B", "/a%3B"},
+		{"/a%3a", "/a%3A"},
 		{"/%e2%82%ac", "/%E2%82%AC"},
-		{"/a;b=c/@:!$&'()*+,", "/a;b=c/@:!$&'()*+,"},
+		{"/a,b=c/@:!$&'()*+,", "/a,b=c/@:!$&'()*+,"},
 		{"/.well-known/x", "/.well-known/x"},
-		{"/...", "/..."},
+		{"/...a", "/...a"},
+		{"/%c3%a9t%C3%A9", "/%C3%A9t%C3%A9"},
+		{"/%E2%82%AC/%F0%9F%98%80", "/%E2%82%AC/%F0%9F%98%80"},
 		{"/a.b/..c", "/a.b/..c"},
 		{"/%20", "/%20"},
 	} {
@@ -122,7 +123,9 @@ func TestMatch(t *testing.T) {
 func TestParsePattern(t *testing.T) {
 	for _, tc := range []struct{ in, want, wantErr string }{
 		{in: "/a/%7e/**", want: "/a/~/**"},
-		{in: "/a%3b/*", want: "/a%3B/*"},
+		{in: "/a%3a/*", want: "/a%3A/*"},
+		{in: "/a%3b/*", wantErr: "';'"},
+		{in: "/a;b/*", wantErr: "';'"},
 		{in: "/a*", wantErr: "whole segments"},
 		{in: "/a/***", wantErr: "whole segments"},
 		{in: "/a/b*c/d", wantErr: "whole segments"},
