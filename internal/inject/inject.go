@@ -131,7 +131,9 @@ func (o Options) Validate() error {
 	if d := o.PlaceholdersDir; d != "" && (!path.IsAbs(d) || path.Clean(d) != d || d == "/") {
 		errs = append(errs, fmt.Errorf("--placeholders-dir %q must be a clean absolute path", d))
 	}
-	if o.DNSServers != "" {
+	if o.DNSServers != "" && o.DNSGuard {
+		errs = append(errs, errors.New("--dns-servers needs --dns-guard=false: with the DNS guard every port-53 packet goes to BotBox; name its resolvers in dns_guard.upstream instead"))
+	} else if o.DNSServers != "" {
 		if _, err := netfilter.ParseDNSServers(o.DNSServers); err != nil {
 			errs = append(errs, fmt.Errorf("--dns-servers %q: %w", o.DNSServers, err))
 		}
