@@ -44,7 +44,9 @@ func TestInjectDropsAllCapabilities(t *testing.T) {
 		{"D04 ephemeral UID 1000 without drop", func(s *corev1.PodSpec) {
 			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000))})}
 		}},
-		{"root app", func(s *corev1.PodSpec) { s.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: new(int64(0))} }},
+		{"root app", func(s *corev1.PodSpec) {
+			s.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: new(int64(0))}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			meta, spec := testPod()
