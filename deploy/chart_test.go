@@ -1028,6 +1028,9 @@ func TestKubernetesDocExamples(t *testing.T) {
 	if len(cfg.Warnings) > 0 || cfg.MetricsListenAddr.IsLoopback() || !cfg.Interception.Enabled {
 		t.Errorf("config.yaml example: warnings %v, metrics_listen_addr %s, interception %v", cfg.Warnings, cfg.MetricsListenAddr, cfg.Interception.Enabled)
 	}
+	if !cfg.DNSGuard.Enabled || cfg.DNSGuard.ListenPort != inject.DNSGuardPort {
+		t.Errorf("config.yaml example: dns_guard enabled %v on %d; the chart redirects port 53 to %d by default", cfg.DNSGuard.Enabled, cfg.DNSGuard.ListenPort, inject.DNSGuardPort)
+	}
 	var d appsv1.Deployment
 	if err := decodeStrict([]byte(blocks[1][1]), &d); err != nil {
 		t.Fatalf("agent Deployment example: %v", err)
