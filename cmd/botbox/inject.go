@@ -78,7 +78,11 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		defer f.Close()
 		in = f
 	}
-	if err := inject.YAML(in, stdout, opts(), inject.ReadOptions{PassUnknown: *passUnknown, Warn: stderr}); err != nil {
+	o := opts()
+	for _, w := range o.Weaknesses() {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	if err := inject.YAML(in, stdout, o, inject.ReadOptions{PassUnknown: *passUnknown, Warn: stderr}); err != nil {
 		var refused *inject.RefusedError
 		if errors.As(err, &refused) {
 			fmt.Fprintf(stderr, "Error: %v\n(see docs/deploy.md, \"botbox inject\")\n", err)

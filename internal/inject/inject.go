@@ -151,6 +151,23 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Weaknesses names each option that leaves a path around BotBox open,
+// for `botbox inject` and `botbox webhook` to warn about at start
+// (TestWeaknesses); none with the defaults but the image allowlist.
+func (o Options) Weaknesses() []string {
+	var w []string
+	if !o.DNSGuard && o.DNSServers == "" {
+		w = append(w, "--dns-guard=false without --dns-servers: the injected Pods may send UDP and TCP to port 53 of any host")
+	}
+	if !o.IPv6 {
+		w = append(w, "--ipv6=false: the injected Pods' IPv6 traffic is not controlled")
+	}
+	if len(o.AllowedImageRegistries) == 0 {
+		w = append(w, "no --allowed-image-registries: whoever may create or patch Pods chooses image names the node pulls from any registry")
+	}
+	return w
+}
+
 // Layout is what the injected Pod requires of BotBox's config.
 func (o Options) Layout() *Layout {
 	return &Layout{

@@ -422,3 +422,30 @@ func TestTokenMountKept(t *testing.T) {
 		})
 	}
 }
+
+func TestWeaknesses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(*Options)
+		want []string
+	}{
+		{"defaults", func(*Options) {}, []string{"no --allowed-image-registries"}},
+		{"hardened", func(o *Options) { o.AllowedImageRegistries = []string{"registry.example"} }, nil},
+		{"guard off", func(o *Options) { o.AllowedImageRegistries, o.DNSGuard = []string{"r.example"}, false }, []string{"port 53 of any host"}},
+		{"guard off, servers", func(o *Options) { o.AllowedImageRegistries, o.DNSGuard, o.DNSServers = []string{"r.example"}, false, "10.96.0.10" }, nil},
+		{"ipv6 off", func(o *Options) { o.AllowedImageRegistries, o.IPv6 = []string{"r.example"}, false }, []string{"IPv6"}},
+	} {
+		o := DefaultOptions()
+		tc.opts(&o)
+		got := o.Weaknesses()
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: %q, want %d warnings", tc.name, got, len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: warning %q does not contain %q", tc.name, got[i], w)
+			}
+		}
+	}
+}
