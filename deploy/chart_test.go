@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -138,6 +140,7 @@ type chartRender struct {
 	Issuers         []*certManagerIssuer
 	Certificates    []*certManagerCertificate
 	PodMonitors     []*monitoringv1.PodMonitor
+	NetworkPolicies []*networkingv1.NetworkPolicy
 }
 
 func (r *chartRender) decodeDocument(doc []byte) error {
@@ -168,6 +171,8 @@ func (r *chartRender) decodeDocument(doc []byte) error {
 		return decodeInto(doc, &r.Certificates)
 	case "monitoring.coreos.com/v1 PodMonitor":
 		return decodeInto(doc, &r.PodMonitors)
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return decodeInto(doc, &r.NetworkPolicies)
 	default:
 		// RBAC objects included: the webhook needs none (serviceaccount.yaml).
 		return fmt.Errorf("unexpected object %q %q (add its type to chartRender and an invariant for it)", tm.APIVersion, tm.Kind)
@@ -228,6 +233,32 @@ var chartInvariants = []chartInvariant{
 	{"no-api-access", checkNoAPIAccess},
 	{"default-policy", checkDefaultPolicy},
 	{"pod-monitor", checkPodMonitor},
+	{"network-policy", checkChartNetworkPolicy},
+}
+
+// checkChartNetworkPolicy: each NetworkPolicy the chart renders selects
+// exactly the injected Pods by the label the webhook keeps on them
+// (botbox.dev/injected=true, which an UPDATE may not remove), restricts
+// egress, and lets TCP 443 out to public addresses only.
+func checkChartNetworkPolicy(r *chartRender) error {
+	var errs []error
+	for _, np := range r.NetworkPolicies {
+		at := np.Namespace + "/" + np.Name
+		if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, map[string]string{inject.LabelInjected: "true"}) || len(np.Spec.PodSelector.MatchExpressions) > 0 {
+			errs = append(errs, fmt.Errorf("NetworkPolicy %s selects %v, want exactly %s=true", at, np.Spec.PodSelector, inject.LabelInjected))
+		}
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+			errs = append(errs, fmt.Errorf("NetworkPolicy %s does not restrict egress", at))
+		}
+		for _, rule := range np.Spec.Egress {
+			for _, peer := range rule.To {
+				if b := peer.IPBlock; b != nil && (b.CIDR == "0.0.0.0/0" && !slices.Contains(b.Except, "169.254.0.0/16") || b.CIDR == "::/0" && !slices.Contains(b.Except, "fe80::/10")) {
+					errs = append(errs, fmt.Errorf("NetworkPolicy %s lets egress reach link-local (metadata) addresses", at))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func checkChart(r *chartRender) error {
@@ -253,7 +284,8 @@ var chartVariants = []struct {
 	{"everything on", []string{"--api-versions", "cert-manager.io/v1", "--set", "defaultPolicy.enabled=true",
 		"--set", "defaultPolicy.namespaces={agents,agents-2}", "--set", "podMonitor.enabled=true",
 		"--set", "inject.placeholders=true", "--set", "image.digest=sha256:" + strings.Repeat("a", 64),
-		"--set", "webhook.allowedImageRegistries={registry.example,docker.io}", "--set", "webhook.allowedCSIDrivers={secrets-store.csi.k8s.io}"}},
+		"--set", "webhook.allowedImageRegistries={registry.example,docker.io}", "--set", "webhook.allowedCSIDrivers={secrets-store.csi.k8s.io}",
+		"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.monitoringNamespace=monitoring"}},
 	{"guard off, DNS servers", []string{"--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents}",
 		"--set", "inject.dnsGuard=false", "--set", "inject.dnsServers=10.96.0.10", "--set-string", "defaultPolicy.config=" + guardOffPolicy}},
 }
@@ -877,7 +909,7 @@ func checkPodMonitor(r *chartRender) error {
 // pass vacuously.
 func TestChartInvariantsCatch(t *testing.T) {
 	t.Parallel()
-	helmOut, err := helmTemplate(t, "--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents}", "--set", "podMonitor.enabled=true")
+	helmOut, err := helmTemplate(t, "--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents}", "--set", "podMonitor.enabled=true", "--set", "networkPolicy.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -950,6 +982,9 @@ func TestChartInvariantsCatch(t *testing.T) {
 		}},
 		{"guard off in the policy", "dns_guard enabled false", false, func(r *chartRender) {
 			r.ConfigMaps[0].Data["config.yaml"] = strings.Replace(r.ConfigMaps[0].Data["config.yaml"], "enabled: true\n  listen_port: 8053", "enabled: false\n  listen_port: 8053", 1)
+		}},
+		{"network policy on app label", "want exactly botbox.dev/injected=true", false, func(r *chartRender) {
+			r.NetworkPolicies[0].Spec.PodSelector.MatchLabels = map[string]string{"app": "agent"}
 		}},
 		{"weakening flag", "dns_guard enabled true", false, func(r *chartRender) { ctr(r).Args = append(ctr(r).Args, "--dns-guard=false") }},
 		{"wrong path", "path", false, func(r *chartRender) {
