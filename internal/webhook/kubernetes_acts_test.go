@@ -211,6 +211,30 @@ func TestUpdateCases(t *testing.T) {
 	}
 }
 
+// TestEphemeralOnUninjectedPod: through pods/ephemeralcontainers the API
+// server keeps only the ephemeral containers of a patched Pod, so /mutate
+// refuses a Pod whose other parts it would have to change (an uninjected
+// Pod), rather than send a patch the API server would drop unseen.
+func TestEphemeralOnUninjectedPod(t *testing.T) {
+	srv := newTestServer(t, testOptions())
+	rev, _ := readReview(t, "testdata/create-pod.json")
+	old := rev.Request.Object.Raw
+	obj := createPod(t, rev, func(p *corev1.Pod) {
+		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debugger", Image: "busybox", SecurityContext: &corev1.SecurityContext{RunAsUser: new(int64(1000))}}}}
+	})
+	body := withSub(t, withObject(t, rev, admissionv1.Update, obj, old), "ephemeralcontainers")
+	for _, path := range []string{PathMutate, PathValidate} {
+		resp := post(t, srv, path, body)
+		if resp.Allowed {
+			t.Fatalf("%s admitted a debug container in an uninjected Pod (patch %s)", path, resp.Patch)
+		}
+		if !strings.Contains(resp.Result.Message, "is not injected") {
+			t.Errorf("%s: message %q", path, resp.Result.Message)
+		}
+	}
+}
+
 // TestServiceAccountTokenReinvocation: after /mutate's patch the
 // ServiceAccount admission plugin runs again (reinvocationPolicy
 // IfNeeded) and mounts the Pod's token into BotBox's new containers. The
