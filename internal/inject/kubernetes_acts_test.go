@@ -432,7 +432,9 @@ func TestWeaknesses(t *testing.T) {
 		{"defaults", func(*Options) {}, []string{"no --allowed-image-registries"}},
 		{"hardened", func(o *Options) { o.AllowedImageRegistries = []string{"registry.example"} }, nil},
 		{"guard off", func(o *Options) { o.AllowedImageRegistries, o.DNSGuard = []string{"r.example"}, false }, []string{"port 53 of any host"}},
-		{"guard off, servers", func(o *Options) { o.AllowedImageRegistries, o.DNSGuard, o.DNSServers = []string{"r.example"}, false, "10.96.0.10" }, nil},
+		{"guard off, servers", func(o *Options) {
+			o.AllowedImageRegistries, o.DNSGuard, o.DNSServers = []string{"r.example"}, false, "10.96.0.10"
+		}, nil},
 		{"ipv6 off", func(o *Options) { o.AllowedImageRegistries, o.IPv6 = []string{"r.example"}, false }, []string{"IPv6"}},
 	} {
 		o := DefaultOptions()
