@@ -297,6 +297,14 @@ func invariantCases() []invariantCase {
 		{"config-parses", "args without --config", "no --config", func(t *testing.T, b *bundle) {
 			container(t, b, nameBotBox).Args = []string{"run"}
 		}},
+		{"config-matches-netfilter", "no DNS guard and no DNS servers", "port 53 of any host", func(t *testing.T, b *bundle) {
+			c := container(t, b, nameIPTablesInit)
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "BOTBOX_DNS_GUARD_PORT" })
+			editConfig(t, b, "dns_guard:\n  enabled: true", "dns_guard:\n  enabled: false")
+		}},
+		{"config-matches-netfilter", "guard redirected to, not run", "dns_guard is not enabled", func(t *testing.T, b *bundle) {
+			editConfig(t, b, "dns_guard:\n  enabled: true", "dns_guard:\n  enabled: false")
+		}},
 		{"config-matches-netfilter", "interception off in the config", "is not enabled", func(t *testing.T, b *bundle) {
 			editConfig(t, b, "  enabled: true", "  enabled: false")
 		}},
