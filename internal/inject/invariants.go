@@ -92,7 +92,7 @@ type Invariant struct {
 // the other objects of a bundle (Namespace, ConfigMap, Secret, NetworkPolicy).
 func Invariants() []Invariant {
 	return []Invariant{
-		{"pod-isolation", "no host namespaces, no shared PID namespace, only volume types of Pod Security restricted (no hostPath, nfs, gitRepo, ...); no service account token (Manifest)", false, checkPodIsolation},
+		{"pod-isolation", "no host namespaces, no shared PID namespace (no debug container targeting BotBox's), only volume types of Pod Security restricted (no hostPath, nfs, gitRepo, ...); no service account token (Manifest)", false, checkPodIsolation},
 		{"init-order", "iptables-init runs to completion before BotBox, which is a native sidecar (restartPolicy Always); no sidecar starts before the rules", false, checkInitOrder},
 		{"app-uid", "no container other than BotBox's own runs as the exempt UID; the Pod default is not it; apps set their UID (and, Manifest, are non-root)", false, checkAppUID},
 		{"exempt-uid", "BotBox runs as BOTBOX_UID, and only containers of the BotBox image do", false, checkExemptUID},
@@ -150,6 +150,11 @@ func checkPodIsolation(v *podView) error {
 	}
 	if isTrue(s.ShareProcessNamespace) {
 		errs = append(errs, errors.New("shareProcessNamespace: the app would see BotBox's processes"))
+	}
+	for _, e := range s.EphemeralContainers {
+		if t := e.TargetContainerName; t == NameBotBox || t == NameInit || t == NameCAInit {
+			errs = append(errs, fmt.Errorf("ephemeral container %q: targetContainerName %q joins BotBox's process namespace; target the app container", e.Name, t))
+		}
 	}
 	// The namespaces BotBox runs in admit its root init container, so Pod
 	// Security (which would refuse hostPath at the baseline level) is set to

@@ -169,6 +169,10 @@ func TestUpdateCases(t *testing.T) {
 		{"D10 debug image from the agent's registry", "ephemeralcontainers", func(p *corev1.Pod) {
 			debugger(p, "registry.attacker.example/d:x", &corev1.SecurityContext{RunAsUser: new(int64(1000))})
 		}, "registry.attacker.example"},
+		{"D05 debug container in BotBox's process namespace", "ephemeralcontainers", func(p *corev1.Pod) {
+			debugger(p, "busybox", &corev1.SecurityContext{RunAsUser: new(int64(1000))})
+			p.Spec.EphemeralContainers[len(p.Spec.EphemeralContainers)-1].TargetContainerName = inject.NameBotBox
+		}, `targetContainerName "botbox"`},
 		{"debug container adding NET_RAW", "ephemeralcontainers", func(p *corev1.Pod) {
 			debugger(p, "busybox", &corev1.SecurityContext{RunAsUser: new(int64(1000)), Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}}})
 		}, "adds NET_RAW"},
