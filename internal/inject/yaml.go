@@ -7,6 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
+	"unicode"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -57,33 +61,51 @@ var workloads = []workload{
 	}},
 }
 
-// YAML reads a stream of YAML documents from r and writes them to w, each
-// workload with a Pod template injected (Pod), also inside a v1 List; every
-// other document is copied unchanged, byte for byte. Workloads are decoded strictly into the
-// k8s.io/api types: an unknown or duplicate field is an error, as kubectl
-// apply --validate=strict would make it. Errors name the document (1-based)
-// and the object; nothing is written for a stream with an error.
-func YAML(r io.Reader, w io.Writer, o Options) error {
+// ReadOptions are how YAML treats what it does not inject.
+type ReadOptions struct {
+	// PassUnknown copies an object of an unknown kind that carries a Pod
+	// template (an Argo Rollout, a Knative Service, a PodTemplate, a CRD)
+	// unchanged, with a warning, instead of refusing it.
+	PassUnknown bool
+	// Warn receives one line per object copied that way (nil: discarded).
+	Warn io.Writer
+}
+
+// YAML reads a stream of YAML documents, or a JSON stream, from r, split
+// as kubectl splits it (utilyaml.NewYAMLOrJSONDecoder: a stream starting
+// with "{" is JSON objects, falling back to YAML after at most one), and
+// writes them to w, each workload with a Pod template injected (Pod). An
+// object with an items array is a list to kubectl (v1 List, DeploymentList,
+// any *List): its items are injected one by one. Another object is copied
+// unchanged, byte for byte, unless it carries a Pod template, which is
+// refused (ReadOptions.PassUnknown copies it, with a warning): inject never
+// succeeds having copied a Pod it did not inject. Workloads are decoded
+// strictly into the k8s.io/api types: an unknown or duplicate field is an
+// error, as kubectl apply --validate=strict would make it. Every document's
+// error is reported at once, each naming the document (1-based) and the
+// object; nothing is written for a stream with an error.
+func YAML(r io.Reader, w io.Writer, o Options, ro ReadOptions) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	rd := utilyaml.NewYAMLReader(bufio.NewReader(io.LimitReader(r, MaxInput+1)))
+	data, err := io.ReadAll(io.LimitReader(r, MaxInput+1))
+	if err != nil {
+		return fmt.Errorf("reading: %w", err)
+	}
+	if len(data) > MaxInput {
+		return fmt.Errorf("input larger than %d bytes", MaxInput)
+	}
+	docs, err := splitDocuments(data)
+	if err != nil {
+		return err
+	}
 	var out bytes.Buffer
-	total := 0
-	for n := 1; ; n++ {
-		doc, err := rd.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	var errs []error
+	for n, doc := range docs {
+		res, err := document(doc, o, ro)
 		if err != nil {
-			return fmt.Errorf("document %d: %w", n, err)
-		}
-		if total += len(doc); total > MaxInput {
-			return fmt.Errorf("input larger than %d bytes", MaxInput)
-		}
-		res, err := document(doc, o)
-		if err != nil {
-			return fmt.Errorf("document %d: %w", n, err)
+			errs = append(errs, fmt.Errorf("document %d: %w", n+1, err))
+			continue
 		}
 		if len(bytes.TrimSpace(res)) == 0 {
 			continue
@@ -96,12 +118,61 @@ func YAML(r io.Reader, w io.Writer, o Options) error {
 			out.WriteByte('\n')
 		}
 	}
-	_, err := w.Write(out.Bytes())
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	_, err = w.Write(out.Bytes())
 	return err
 }
 
+// splitDocuments splits a stream the way utilyaml.YAMLOrJSONDecoder does
+// (TestYAMLSplitsAsKubectl): JSON objects while the stream starts with
+// "{"; when one fails to parse after at most one object, the rest, from
+// the end of the last object and past its line's whitespace, is YAML
+// documents split on "---".
+func splitDocuments(data []byte) ([][]byte, error) {
+	var docs [][]byte
+	rest := data
+	if utilyaml.IsJSONBuffer(data) {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		var consumed int64
+		for {
+			var raw json.RawMessage
+			err := dec.Decode(&raw)
+			if errors.Is(err, io.EOF) {
+				return docs, nil
+			}
+			if err != nil {
+				if len(docs) > 1 {
+					return nil, fmt.Errorf("document %d: %w", len(docs)+1, err)
+				}
+				break
+			}
+			docs = append(docs, raw)
+			consumed = dec.InputOffset()
+		}
+		rest = data[consumed:]
+		if i := bytes.IndexFunc(rest, func(r rune) bool { return !unicode.IsSpace(r) || r == '\n' }); i >= 0 && rest[i] == '\n' {
+			rest = rest[i+1:]
+		} else if i < 0 {
+			rest = nil
+		}
+	}
+	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(rest)))
+	for {
+		doc, err := rd.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", len(docs)+1, err)
+		}
+		docs = append(docs, doc)
+	}
+}
+
 // document injects one YAML document, or returns it unchanged.
-func document(doc []byte, o Options) ([]byte, error) {
+func document(doc []byte, o Options, ro ReadOptions) ([]byte, error) {
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(doc, &tm); err != nil {
 		if isBlank(doc) {
@@ -109,8 +180,8 @@ func document(doc []byte, o Options) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("not a Kubernetes object: %w", err)
 	}
-	if tm.APIVersion == "v1" && tm.Kind == "List" {
-		return list(doc, o)
+	if isList(doc) {
+		return list(doc, o, ro)
 	}
 	var wl *workload
 	for i := range workloads {
@@ -119,7 +190,18 @@ func document(doc []byte, o Options) ([]byte, error) {
 		}
 	}
 	if wl == nil {
-		return doc, nil
+		where := podTemplatePath(doc)
+		switch {
+		case where == "":
+			return doc, nil
+		case ro.PassUnknown:
+			if ro.Warn != nil {
+				fmt.Fprintf(ro.Warn, "warning: %s %s carries a Pod template (%s) and is copied without BotBox (--pass-unknown): its Pods are not contained unless the webhook injects them\n", tm.APIVersion, tm.Kind, where)
+			}
+			return doc, nil
+		default:
+			return nil, fmt.Errorf("%s %s carries a Pod template (%s), which botbox inject cannot inject: its Pods would run without BotBox; convert it to a kind inject knows (%s), or pass --pass-unknown and rely on the webhook", tm.APIVersion, tm.Kind, where, knownKinds())
+		}
 	}
 	obj := wl.new()
 	if err := yaml.UnmarshalStrict(doc, obj); err != nil {
@@ -132,8 +214,76 @@ func document(doc []byte, o Options) ([]byte, error) {
 	return marshalClean(obj)
 }
 
-// list injects every item of a v1 List (what `kubectl get -o yaml` prints).
-func list(doc []byte, o Options) ([]byte, error) {
+func knownKinds() string {
+	var ks []string
+	for _, w := range workloads {
+		ks = append(ks, w.apiVersion+" "+w.kind)
+	}
+	return strings.Join(ks, ", ")
+}
+
+// isList reports whether kubectl reads doc as a list: an object whose
+// items member is an array (unstructured.Unstructured.IsList).
+func isList(doc []byte) bool {
+	var l struct {
+		Items any `json:"items"`
+	}
+	if yaml.Unmarshal(doc, &l) != nil {
+		return false
+	}
+	_, ok := l.Items.([]any)
+	return ok
+}
+
+// podTemplatePath names where an object of a kind inject does not know
+// carries Pod-shaped content ("" when nowhere): a containers,
+// initContainers or ephemeralContainers array, a jobTemplate, or a
+// template with a spec, at any depth (spec.template.spec.containers of a
+// Rollout or a Knative Service, template.spec of a PodTemplate,
+// spec.jobTemplate of a batch/v1beta1 CronJob, a CRD's own nesting).
+func podTemplatePath(doc []byte) string {
+	var v any
+	if yaml.Unmarshal(doc, &v) != nil {
+		return ""
+	}
+	return findPodShape(v, "")
+}
+
+func findPodShape(v any, at string) string {
+	switch t := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(t)) {
+			p := strings.TrimPrefix(at+"."+k, ".")
+			switch c := t[k].(type) {
+			case []any:
+				if k == "containers" || k == "initContainers" || k == "ephemeralContainers" {
+					return p
+				}
+			case map[string]any:
+				if k == "jobTemplate" {
+					return p
+				}
+				if _, ok := c["spec"]; ok && k == "template" {
+					return p
+				}
+			}
+			if where := findPodShape(t[k], p); where != "" {
+				return where
+			}
+		}
+	case []any:
+		for i, c := range t {
+			if where := findPodShape(c, fmt.Sprintf("%s[%d]", at, i)); where != "" {
+				return where
+			}
+		}
+	}
+	return ""
+}
+
+// list injects every item of a list (what `kubectl get -o yaml` prints),
+// recursively.
+func list(doc []byte, o Options, ro ReadOptions) ([]byte, error) {
 	var l struct {
 		APIVersion string            `json:"apiVersion"`
 		Kind       string            `json:"kind"`
@@ -141,16 +291,20 @@ func list(doc []byte, o Options) ([]byte, error) {
 		Items      []json.RawMessage `json:"items"`
 	}
 	if err := yaml.UnmarshalStrict(doc, &l); err != nil {
-		return nil, fmt.Errorf("kind List: %w", err)
+		return nil, fmt.Errorf("kind %s: %w", l.Kind, err)
 	}
+	var errs []error
 	for i, it := range l.Items {
-		out, err := document(it, o)
+		out, err := document(it, o, ro)
+		if err == nil {
+			l.Items[i], err = yaml.YAMLToJSON(out)
+		}
 		if err != nil {
-			return nil, fmt.Errorf("item %d of the List: %w", i, err)
+			errs = append(errs, fmt.Errorf("item %d of the %s: %w", i, l.Kind, err))
 		}
-		if l.Items[i], err = yaml.YAMLToJSON(out); err != nil {
-			return nil, fmt.Errorf("item %d of the List: %w", i, err)
-		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return yaml.Marshal(&l)
 }

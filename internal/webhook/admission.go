@@ -96,6 +96,11 @@ func decodePod(raw []byte) (*corev1.Pod, error) {
 func review(req *admissionv1.AdmissionRequest, mutate bool, o inject.Options) decision {
 	switch req.Operation {
 	case admissionv1.Create, admissionv1.Update:
+	case admissionv1.Connect:
+		if mutate {
+			return decision{result: ResultAllowed}
+		}
+		return reviewConnect(req)
 	default:
 		return decision{result: ResultAllowed}
 	}
@@ -116,6 +121,9 @@ func review(req *admissionv1.AdmissionRequest, mutate bool, o inject.Options) de
 		if err != nil {
 			return decision{result: ResultDenied, message: "oldObject: " + err.Error()}
 		}
+		if msg := updateChangesBotBox(old, pod); msg != "" {
+			return decision{result: ResultDenied, message: "botbox: " + msg}
+		}
 		// An update that leaves the spec alone (labels, annotations,
 		// finalizers: the Job controller removing its tracking finalizer)
 		// cannot change what runs, and must pass even for a Pod injected
@@ -134,6 +142,16 @@ func review(req *admissionv1.AdmissionRequest, mutate bool, o inject.Options) de
 		if err != nil {
 			return decision{result: ResultDenied, message: err.Error()}
 		}
+		// Through pods/ephemeralcontainers the API server keeps only the
+		// ephemeral containers of the patched Pod: a patch of anything
+		// else would be dropped unseen, so such a Pod is refused here.
+		if req.SubResource == "ephemeralcontainers" {
+			for _, op := range patch {
+				if op.Path != "/spec/ephemeralContainers" {
+					return decision{result: ResultDenied, message: "botbox: the Pod is not injected as `botbox inject` with this webhook's options makes it (" + strings.TrimPrefix(op.Path, "/") + " differs); no ephemeral container is added to it"}
+				}
+			}
+		}
 		if len(patch) == 0 {
 			return decision{result: ResultAllowed}
 		}
@@ -144,6 +162,89 @@ func review(req *admissionv1.AdmissionRequest, mutate bool, o inject.Options) de
 	}
 	return decision{result: ResultAllowed}
 }
+
+// updateChangesBotBox refuses an UPDATE that removes or changes the
+// botbox.dev/injected label (the shipped NetworkPolicy selects on it) or
+// changes the image of one of BotBox's containers (/mutate would restore
+// it without a word); "" when neither.
+func updateChangesBotBox(old, pod *corev1.Pod) string {
+	if v, ok := old.Labels[inject.LabelInjected]; ok && pod.Labels[inject.LabelInjected] != v {
+		return fmt.Sprintf("the update removes or changes label %s=%s, which the NetworkPolicy and the PodMonitor select on; an injected Pod keeps it", inject.LabelInjected, v)
+	}
+	for _, oc := range old.Spec.InitContainers {
+		if oc.Name != inject.NameBotBox && oc.Name != inject.NameInit && oc.Name != inject.NameCAInit {
+			continue
+		}
+		for _, nc := range pod.Spec.InitContainers {
+			if nc.Name == oc.Name && nc.Image != oc.Image {
+				return fmt.Sprintf("the update changes the image of BotBox's container %q from %q to %q; BotBox's image is the webhook's --image (upgrade the chart, then restart the Pod)", oc.Name, oc.Image, nc.Image)
+			}
+		}
+	}
+	return ""
+}
+
+// botboxRoles are the containers exec, attach and port-forward must not
+// reach: a process started there runs as the exempt UID (or as root with
+// NET_ADMIN) and can read BotBox's Secret.
+var botboxRoles = []string{inject.NameBotBox, inject.NameInit, inject.NameCAInit}
+
+// reviewConnect decides CONNECT on pods/exec, pods/attach and
+// pods/portforward: exec and attach into BotBox's containers, and
+// port-forwards to BotBox's ports (or to unnamed ports, which may be
+// them), are refused; the app's containers are admitted.
+func reviewConnect(req *admissionv1.AdmissionRequest) decision {
+	if req.Resource.Group != "" || req.Resource.Resource != "pods" {
+		return decision{result: ResultDenied, message: fmt.Sprintf("botbox webhook handles Pods only, got CONNECT %s/%s (check the webhook configuration's rules)", req.Resource.Resource, req.SubResource)}
+	}
+	deny := func(format string, a ...any) decision {
+		return decision{result: ResultDenied, message: "botbox: " + fmt.Sprintf(format, a...)}
+	}
+	switch req.SubResource {
+	case "exec", "attach":
+		var opts struct {
+			Kind      string `json:"kind"`
+			Container string `json:"container"`
+		}
+		if err := json.Unmarshal(req.Object.Raw, &opts); err != nil {
+			return deny("decoding the %s options: %v", req.SubResource, err)
+		}
+		if want := map[string]string{"exec": "PodExecOptions", "attach": "PodAttachOptions"}[req.SubResource]; opts.Kind != want && opts.Kind != "" {
+			return deny("pods/%s: want %s, got kind %q", req.SubResource, want, opts.Kind)
+		}
+		// An empty container is resolved by the API server to the Pod's
+		// only regular container, never to an init container.
+		if slices.Contains(botboxRoles, opts.Container) {
+			return deny("%s into BotBox's container %q is refused: a process there runs outside the egress rules and can read BotBox's credentials; %s into the app container instead", req.SubResource, opts.Container, req.SubResource)
+		}
+		return decision{result: ResultAllowed}
+	case "portforward":
+		var opts struct {
+			Kind  string  `json:"kind"`
+			Ports []int32 `json:"ports"`
+		}
+		if err := json.Unmarshal(req.Object.Raw, &opts); err != nil {
+			return deny("decoding the port-forward options: %v", err)
+		}
+		if opts.Kind != "PodPortForwardOptions" && opts.Kind != "" {
+			return deny("pods/portforward: want PodPortForwardOptions, got kind %q", opts.Kind)
+		}
+		if len(opts.Ports) == 0 {
+			return deny("port-forward without a ports list can reach any port of the Pod, BotBox's included; name the ports (kubectl 1.31 and later sends them)")
+		}
+		for _, p := range opts.Ports {
+			if slices.Contains(botboxPorts, int(p)) {
+				return deny("port-forward to port %d is refused: it is BotBox's (proxy %d, interception %d, metrics %d, DNS guard %d), which would act for whoever connects", p, inject.ProxyPort, inject.InterceptionPort, inject.MetricsPort, inject.DNSGuardPort)
+			}
+		}
+		return decision{result: ResultAllowed}
+	default:
+		return deny("CONNECT on pods/%s is not handled (check the webhook configuration's rules)", req.SubResource)
+	}
+}
+
+// botboxPorts are the ports BotBox listens on in an injected Pod.
+var botboxPorts = []int{inject.ProxyPort, inject.InterceptionPort, inject.MetricsPort, inject.DNSGuardPort}
 
 // specDiff names the first part of the spec that differs ("" when equal).
 func specDiff(got, want *corev1.PodSpec) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/botbox/botbox/internal/inject"
@@ -26,6 +27,9 @@ func FuzzReview(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","kind":{"kind":"Pod","version":"v1"},"resource":{"resource":"pods","version":"v1"},"operation":"CREATE","object":{"spec":{"containers":[{"name":"a","securityContext":{"runAsUser":1337}}]}}}}`))
+	for _, sub := range []string{"exec", "attach", "portforward"} {
+		f.Add(connectReview(sub, `"container": "botbox", "ports": [8080]`))
+	}
 	o := testOptions()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rev, err := decodeReview(body)
@@ -42,6 +46,28 @@ func FuzzReview(f *testing.F) {
 				continue
 			}
 			op := rev.Request.Operation
+			if op == admissionv1.Connect && !mutate {
+				// An admitted CONNECT never reaches BotBox's containers
+				// or ports, and a port-forward names its ports.
+				var opts struct {
+					Container string  `json:"container"`
+					Ports     []int32 `json:"ports"`
+				}
+				json.Unmarshal(rev.Request.Object.Raw, &opts)
+				if slices.Contains(botboxRoles, opts.Container) {
+					t.Fatalf("admitted CONNECT %s into %q", rev.Request.SubResource, opts.Container)
+				}
+				if rev.Request.SubResource == "portforward" {
+					if len(opts.Ports) == 0 {
+						t.Fatal("admitted a port-forward naming no ports")
+					}
+					for _, p := range opts.Ports {
+						if slices.Contains(botboxPorts, int(p)) {
+							t.Fatalf("admitted a port-forward to %d", p)
+						}
+					}
+				}
+			}
 			if (op != admissionv1.Create && op != admissionv1.Update) || (rev.Request.SubResource != "" && rev.Request.SubResource != "ephemeralcontainers") {
 				continue
 			}

@@ -272,6 +272,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range cfg.Options.Weaknesses() {
+		cfg.Logger.Warn("webhook option weakens containment", slog.String(telemetry.KeyReason, w))
+	}
 	h := &Handler{Options: cfg.Options, Logger: cfg.Logger, Metrics: m}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
