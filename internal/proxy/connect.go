@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/botbox/botbox/internal/hostport"
-	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/telemetry"
 )
 
@@ -72,7 +71,8 @@ var errSNIMismatch = errors.New("SNI does not match the CONNECT host")
 
 // serveConnect answers a CONNECT on the plain listener. With interception
 // on (Options.ConnectTLS returns a configuration) and a target host:443
-// that the policy allows, it hijacks the connection, answers 200, ends TLS
+// that the policy allows on host and port (Policy.DecideConnection; in
+// report mode, any host:443), it hijacks the connection, answers 200, ends TLS
 // inside the tunnel with a leaf for the CONNECT host only (any other SNI is
 // refused with a TLS alert), and serves the decrypted stream, HTTP/1.1 or h2
 // by ALPN, with the interception pipeline: every request there is judged and
@@ -113,11 +113,18 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 		h.reject(x, http.StatusMethodNotAllowed, bodyConnect+"\n"+hintConnectPort+"\n", telemetry.DecisionDeniedConnect, reasonConnectPort)
 		return
 	}
-	d := h.gen.Load().Policy.Decide(policy.Target{Host: hp, Method: r.Method})
+	// Host and port only, as the interception authorizer decides a
+	// handshake: the tunnel is intercepted, and each request inside it is
+	// decided on its own, routes included (serveTLS, forward). A rule's
+	// routes and rewrites are never bypassed: without interception no
+	// CONNECT is served at all (above). TestConnectToRoutedRule holds it.
+	g := h.gen.Load()
+	d := g.Policy.DecideConnection(hp)
 	if d.Rule != nil {
 		x.rule = d.Rule.Host
 	}
-	if !d.Allowed() {
+	if !d.Allowed() && !g.Report {
+		x.hostLabel = telemetry.HostDenied
 		h.reject(x, http.StatusMethodNotAllowed, bodyConnect+"\n"+hintConnectDenied+"\n", telemetry.DecisionDeniedConnect, string(d.Reason))
 		return
 	}
@@ -128,10 +135,18 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 		return
 	}
 	x.decision, x.reason, x.status = telemetry.DecisionAllow, reasonConnectTunnel, http.StatusOK
+	if !d.Allowed() {
+		// Report mode: the tunnel a denial would refuse is opened, and
+		// every request inside it is forwarded as report_deny, without
+		// header rewrites (forwardReport). TestReportModeConnectDenied.
+		x.decision, x.reason = telemetry.DecisionReportDeny, string(d.Reason)
+	}
+	x.connectTunnel = true
 	// No idle timer: the tunnel's HTTP server closes idle keep-alive
 	// connections itself, and a request waiting minutes for its response
-	// head moves no byte but is not idle.
-	t := h.tunnels.open(conn, 0)
+	// head moves no byte but is not idle. A reload re-decides it on its
+	// host and port (CloseRevokedTunnels).
+	t := h.tunnels.open(conn, 0, tunnelTarget{connect: true, host: hp}, nil, h.now)
 	x.tunnel = t
 	if n := brw.Reader.Buffered(); n > 0 {
 		// A client may send its ClientHello right behind the CONNECT.
@@ -273,10 +288,10 @@ func (h *Handler) connectHandshakeFailed(x *exchange, err error) {
 	if errors.Is(err, errSNIMismatch) {
 		// A refusal, not a failure of an allowed tunnel: the agent tried to
 		// reach a host other than the one it named in the CONNECT.
-		// Counted like every refusal line, so that requests_total still
-		// adds up to the refusal lines.
+		// Counted like every refusal line (countDecision), so that
+		// requests_total still adds up to the refusal lines.
 		h.metrics.HostMismatch.Inc()
-		h.metrics.Requests.WithLabelValues(telemetry.HostUnknown, telemetry.DecisionDeniedHostMismatch).Inc()
+		x.hostLabel = telemetry.HostUnknown
 		x.decision, x.reason = telemetry.DecisionDeniedHostMismatch, reasonSNIHostMismatch
 	}
 	x.errText = err.Error()

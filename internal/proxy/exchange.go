@@ -61,6 +61,19 @@ type exchange struct {
 	upgrade      string // the refused Upgrade offer
 	aborted      bool
 	tunnel       *tunnelConn
+	// upgradeTarget and upgradeLimits are what an upgrade tunnel opened
+	// by this request is re-decided on and limited by (tunnellimits.go).
+	upgradeTarget tunnelTarget
+	upgradeLimits *tunnelLimits
+	// connectTunnel: a CONNECT whose tunnel was opened; its own line is
+	// not counted in botbox_requests_total unless it ends refused (its
+	// requests are counted on their own).
+	connectTunnel bool
+	// reportLimit is the limit report mode let pass (reason), set by
+	// admitLimits; bodyOver is set by the transport's goroutine when a
+	// streamed body crossed the limit in report mode.
+	reportLimit string
+	bodyOver    atomic.Bool
 	timerDone    bool
 	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
 	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
@@ -195,10 +208,25 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	if t := x.tunnel; t != nil {
 		bytesIn += t.in.Load()
 		bytesOut += t.out.Load()
-		if reason := t.closedBy(); reason != "" && !x.aborted {
+		reason := t.closedBy()
+		if reason != "" && !x.aborted {
 			x.reason = reason
 		}
+		switch {
+		case reason == reasonBodyTooLarge:
+			x.decision = telemetry.DecisionDeniedBodyTooLarge
+		case x.decision == telemetry.DecisionAllow && t.reportedBy() != "":
+			x.decision, x.reason = telemetry.DecisionReportDeny, t.reportedBy()
+		}
 	}
+	if x.decision == telemetry.DecisionAllow {
+		if reason := x.reportOver(); reason != "" {
+			// Report mode let a request over a limit of its rule pass,
+			// credential included (the policy allows it).
+			x.decision, x.reason = telemetry.DecisionReportDeny, reason
+		}
+	}
+	h.countDecision(x)
 	if x.decision == telemetry.DecisionAllow && !x.aborted && x.ctx.Err() != nil {
 		// The agent's connection went away while the exchange ran. The
 		// transport may then end the origin's body with a plain io.EOF, so
@@ -270,6 +298,31 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	h.logger.LogAttrs(x.ctx, level, msgDecision, attrs...)
 }
 
+// countDecision counts the exchange in botbox_requests_total once, from
+// its final decision: a streamed body that crossed the limit or tripped
+// after the request was allowed is counted as that refusal only
+// (TestStreamedRefusalCountedOnce). It runs before the repeat log may fold
+// the line, so the count still adds up to the refusals. A report-mode
+// request is counted under HostReport.
+func (h *Handler) countDecision(x *exchange) {
+	switch {
+	case x.decision == "":
+		return
+	case x.connectTunnel && (x.decision == telemetry.DecisionAllow || x.decision == telemetry.DecisionReportDeny):
+		return
+	case x.decision == telemetry.DecisionAllow && x.hm != nil:
+		x.hm.Requests.Inc()
+	case x.decision == telemetry.DecisionReportDeny:
+		h.metrics.Requests.WithLabelValues(telemetry.HostReport, telemetry.DecisionReportDeny).Inc()
+	default:
+		label := x.hostLabel
+		if label == "" {
+			label = telemetry.HostUnknown
+		}
+		h.metrics.Requests.WithLabelValues(label, x.decision).Inc()
+	}
+}
+
 // msgDecision is the message of the canonical line.
 const msgDecision = "proxy decision"
 
@@ -316,7 +369,7 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	c.status = http.StatusSwitchingProtocols
-	t := c.x.h.tunnels.open(conn, c.x.h.tunnelIdle)
+	t := c.x.h.tunnels.open(conn, c.x.h.tunnelIdle, c.x.upgradeTarget, c.x.upgradeLimits, c.x.h.now)
 	if n := brw.Reader.Buffered(); n > 0 {
 		// Bytes the agent sent right behind the upgrade request are in the
 		// server's read buffer, which ReverseProxy never reads: the tunnel
