@@ -74,10 +74,10 @@ type exchange struct {
 	// streamed body crossed the limit in report mode.
 	reportLimit string
 	bodyOver    atomic.Bool
-	timerDone    bool
-	agentH2      bool // the agent's request came over HTTP/2 (see outboundBody)
-	lineLater    bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
-	tw           tripState
+	timerDone   bool
+	agentH2     bool // the agent's request came over HTTP/2 (see outboundBody)
+	lineLater   bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
+	tw          tripState
 
 	// Response scrubbing (scrub.go).
 	scrubOn    bool           // the rule scrubs responses (scrub_responses)

@@ -124,13 +124,11 @@ func (t *tunnelConn) reportedBy() string {
 	return ""
 }
 
-// redecide re-decides the tunnel under g: closed (reason policy_reloaded)
-// when g enforces and no longer allows it, else its limits follow g.
-// Reports whether it closed the tunnel.
-func (t *tunnelConn) redecide(g *generation.Generation) bool {
+// redecide re-decides the tunnel under g: revoked when g enforces and no
+// longer allows it (the caller closes it), else its limits follow g.
+func (t *tunnelConn) redecide(g *generation.Generation) (revoked bool) {
 	d := t.target.decide(g)
 	if !d.Allowed() && !g.Report {
-		t.closeWith(reasonPolicyReloaded)
 		return true
 	}
 	if !t.target.connect {
@@ -156,13 +154,21 @@ func (h *Handler) CloseRevokedTunnels(g *generation.Generation) int {
 		open = append(open, t)
 	}
 	h.tunnels.mu.Unlock()
-	closed := 0
+	// Every revoked tunnel gets its reason before any is closed: closing a
+	// WebSocket inside a CONNECT tunnel closes that tunnel's connection
+	// too, and its line must still say why.
+	revoked := make([]*tunnelConn, 0, len(open))
 	for _, t := range open {
 		if t.redecide(g) {
-			closed++
+			reason := reasonPolicyReloaded
+			t.reason.CompareAndSwap(nil, &reason)
+			revoked = append(revoked, t)
 		}
 	}
-	return closed
+	for _, t := range revoked {
+		_ = t.Close()
+	}
+	return len(revoked)
 }
 
 // wsFrameCounter follows the WebSocket frames of one direction (RFC 6455
