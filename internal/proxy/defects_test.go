@@ -157,13 +157,23 @@ func TestStreamedRefusalCountedOnce(t *testing.T) {
 	}
 }
 
-// withBareRuleMode is withBareRule with egress_policy.mode set.
+// withBareRuleMode installs, as the generation in force, testConfig with
+// keys added to the bare.example.test rule and egress_policy.mode set
+// ("": the default).
 func (e *testEnv) withBareRuleMode(keys, mode string) {
 	e.t.Helper()
 	y := fmt.Sprintf(testConfig, e.secretDir, "", "deny")
 	const bare = "    - host: bare.example.test\n      action: allow\n"
 	y = strings.Replace(y, bare, bare+keys, 1)
-	y = strings.Replace(y, "  default_action: deny\n", "  default_action: deny\n  mode: "+mode+"\n", 1)
+	if mode != "" {
+		y = strings.Replace(y, "  default_action: deny\n", "  default_action: deny\n  mode: "+mode+"\n", 1)
+	}
+	e.storeYAML(y)
+}
+
+// storeYAML parses y and makes it the generation in force.
+func (e *testEnv) storeYAML(y string) {
+	e.t.Helper()
 	cfg, err := config.Parse([]byte(y))
 	if err != nil {
 		e.t.Fatal(err)

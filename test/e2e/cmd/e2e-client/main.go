@@ -388,15 +388,11 @@ func doRaw(o opts) wire.Result {
 		fail(&r, errors.New("raw needs exactly one -addr"))
 		return r
 	}
-	c, err := net.DialTimeout("tcp", o.addrs[0], o.connectTimeout)
-	if err != nil {
-		fail(&r, err)
+	c := dialTCP(o, o.addrs[0], &r)
+	if c == nil {
 		return r
 	}
 	defer c.Close()
-	r.Connected = true
-	r.Local = c.LocalAddr().String()
-	_ = c.SetDeadline(time.Now().Add(o.timeout))
 	if o.useTLS {
 		tc, err := tlsConfig(o)
 		if err != nil {
@@ -715,15 +711,11 @@ func doWS(o opts) wire.Result {
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "80")
 	}
-	c, err := net.DialTimeout("tcp", addr, o.connectTimeout)
-	if err != nil {
-		fail(&r, err)
+	c := dialTCP(o, addr, &r)
+	if c == nil {
 		return r
 	}
 	defer c.Close()
-	r.Connected = true
-	r.Local = c.LocalAddr().String()
-	_ = c.SetDeadline(time.Now().Add(o.timeout))
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", u.RequestURI(), u.Host)
 	br := bufio.NewReader(c)
@@ -776,4 +768,19 @@ func maskedFrame(payload []byte) []byte {
 		f = append(f, b^mask[i%4])
 	}
 	return f
+}
+
+// dialTCP connects to addr within -connect-timeout and records it in r
+// (Connected, Local), with -timeout as the connection's deadline; nil,
+// with the failure in r, when the connection fails.
+func dialTCP(o opts, addr string, r *wire.Result) net.Conn {
+	c, err := net.DialTimeout("tcp", addr, o.connectTimeout)
+	if err != nil {
+		fail(r, err)
+		return nil
+	}
+	r.Connected = true
+	r.Local = c.LocalAddr().String()
+	_ = c.SetDeadline(time.Now().Add(o.timeout))
+	return c
 }
