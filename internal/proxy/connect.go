@@ -117,8 +117,6 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 		hint := hintConnectDenied
 		if v.Reason == reasonConnectPort {
 			hint = hintConnectPort
-		} else {
-			x.hostLabel = telemetry.HostDenied
 		}
 		h.reject(x, http.StatusMethodNotAllowed, bodyConnect+"\n"+hint+"\n", telemetry.DecisionDeniedConnect, v.Reason)
 		return
