@@ -109,7 +109,8 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 	if h.tripConnect(r, x, hp) {
 		return
 	}
-	v := decideConnect(h.gen.Load(), hp)
+	g := h.gen.Load()
+	v := decideConnect(g, hp)
 	if v.Decision.Rule != nil {
 		x.rule = v.Decision.Rule.Host
 	}
@@ -141,6 +142,7 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 	// host and port (CloseRevokedTunnels).
 	t := h.tunnels.open(conn, 0, tunnelTarget{connect: true, host: hp}, nil, h.now)
 	x.tunnel = t
+	h.recheckTunnel(t, g)
 	if n := brw.Reader.Buffered(); n > 0 {
 		// A client may send its ClientHello right behind the CONNECT.
 		pre, _ := brw.Reader.Peek(n)

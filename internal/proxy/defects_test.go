@@ -468,3 +468,47 @@ func asNetError(err error, target *net.Error) bool {
 	}
 	return ok
 }
+
+// TestTunnelOpenedAcrossReload: an upgrade decided before a reload whose
+// 101 arrives after it (so the reload's CloseRevokedTunnels ran before the
+// tunnel existed) is re-decided as it opens, and closed with reason
+// policy_reloaded when the new policy no longer allows it.
+func TestTunnelOpenedAcrossReload(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	reached, release := make(chan struct{}), make(chan struct{})
+	e.originMux.HandleFunc("/ws-slow", func(w http.ResponseWriter, r *http.Request) {
+		close(reached)
+		<-release
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_ = brw.Flush()
+		_, _ = io.Copy(io.Discard, brw)
+	})
+	c, err := net.Dial("tcp", e.plain.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "GET /ws-slow HTTP/1.1\r\nHost: bare.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	<-reached
+	// The reload: bare.example.test is no longer allowed. Its
+	// CloseRevokedTunnels finds no tunnel yet.
+	e.usePolicy("    - host: api.example.test\n      action: allow\n")
+	if n := e.handler.CloseRevokedTunnels(e.handler.gen.Load()); n != 0 {
+		t.Fatalf("CloseRevokedTunnels closed %d tunnels before any was open", n)
+	}
+	close(release)
+	// Closed as it opens: before ReverseProxy writes the 101 to the agent.
+	if b, err := io.ReadAll(c); err != nil || len(b) != 0 {
+		t.Fatalf("the tunnel opened after the reload: agent read %q, %v; want the connection closed", b, err)
+	}
+	line := e.waitDecisions(1)[0]
+	if line["reason"] != reasonPolicyReloaded || line["upstream_status"] != float64(http.StatusSwitchingProtocols) {
+		t.Errorf("line = %v, want upstream_status 101, reason policy_reloaded", line)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/secrets"
@@ -65,6 +66,8 @@ type exchange struct {
 	// by this request is re-decided on and limited by (tunnellimits.go).
 	upgradeTarget tunnelTarget
 	upgradeLimits *tunnelLimits
+	// gen is the generation the request was decided with (forward).
+	gen *generation.Generation
 	// connectTunnel: a CONNECT whose tunnel was opened; its own line is
 	// not counted in botbox_requests_total unless it ends refused (its
 	// requests are counted on their own).
@@ -209,7 +212,9 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 		bytesIn += t.in.Load()
 		bytesOut += t.out.Load()
 		reason := t.closedBy()
-		if reason != "" && !x.aborted {
+		// A tunnel BotBox closed for its policy (a limit, a reload) says
+		// so, also when the close then failed a copy (an abort).
+		if reason != "" && (!x.aborted || reason == reasonPolicyReloaded || reason == reasonBodyTooLarge) {
 			x.reason = reason
 		}
 		switch {
@@ -378,6 +383,7 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		t.pending = bytes.Clone(pre)
 	}
 	c.x.tunnel = t
+	c.x.h.recheckTunnel(t, c.x.gen)
 	return t, brw, nil
 }
 

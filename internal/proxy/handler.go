@@ -262,6 +262,7 @@ func (h *Handler) reject(x *exchange, status int, body, decision, reason string)
 // forward decides with generation g (loaded once for the whole request)
 // and, when allowed, hands the request to the reverse proxy.
 func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g *generation.Generation) {
+	x.gen = g
 	x.host = hp.Host
 	x.port = hp.PortOr(443)
 	// The escaped path, the spelling the origin would receive: a rule with

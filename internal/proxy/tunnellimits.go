@@ -141,6 +141,22 @@ func (t *tunnelConn) redecide(g *generation.Generation) (revoked bool) {
 	return false
 }
 
+// recheckTunnel re-decides t, just registered, when a reload put another
+// generation in force since its request was decided with decided: a reload
+// whose CloseRevokedTunnels ran before t was registered (an upgrade whose
+// 101 arrived after the swap) still closes it. Registration comes first,
+// so every tunnel is re-decided by one or the other
+// (TestTunnelOpenedAcrossReload).
+func (h *Handler) recheckTunnel(t *tunnelConn, decided *generation.Generation) {
+	g := h.gen.Load()
+	if g == decided || decided == nil {
+		return
+	}
+	if t.redecide(g) {
+		t.closeWith(reasonPolicyReloaded)
+	}
+}
+
 // CloseRevokedTunnels re-decides every open tunnel under g, the generation
 // just put in force: a tunnel g no longer allows (a CONNECT tunnel's host
 // or port, an upgrade tunnel's host, port or route) is closed, and its
