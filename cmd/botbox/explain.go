@@ -114,13 +114,21 @@ func newExplainer(cfg *config.Config) (*explainer, error) {
 			e.missing[ref] = p
 		}
 	}
-	h, err := proxy.New(proxy.Options{
+	opts := proxy.Options{
 		Config:    cfg,
 		Secrets:   staticSecrets{secrets.NewSnapshot(values)},
 		Transport: e.rt,
 		Metrics:   telemetry.NewMetrics(),
 		Logger:    telemetry.NewLogger(e.logs, slog.LevelDebug),
-	})
+	}
+	if cfg.Interception.Enabled {
+		// CONNECT is served with interception on: the handler's refusals
+		// (port, policy) are its own; an opened tunnel is modelled by run
+		// (DecideConnect, then the request inside). No certificate is
+		// ever issued.
+		opts.ConnectTLS = func() *tls.Config { return &tls.Config{} }
+	}
+	h, err := proxy.New(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -156,8 +164,12 @@ type explainResult struct {
 	// httpsWithoutInterception: an https:// URL with interception off; the
 	// request was run as the CONNECT an explicit-proxy client sends.
 	httpsWithoutInterception bool
-	status                   int
-	line                     map[string]any // the handler's decision line
+	// connect is the verdict of an intercepted CONNECT (--method CONNECT
+	// with interception on) whose tunnel opens; the request explained is
+	// then the GET of the URL's path inside the tunnel.
+	connect *proxy.ConnectVerdict
+	status  int
+	line    map[string]any // the handler's decision line
 }
 
 // run builds the request as the listener would receive it and serves it.
@@ -165,7 +177,25 @@ func (e *explainer) run(method string, u *url.URL) (*explainResult, error) {
 	res := &explainResult{listener: proxy.ListenerHTTP}
 	var head string
 	var h http.Handler
+	authority := u.Host
+	if u.Port() == "" {
+		authority = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+	}
+	if method == http.MethodConnect && e.cfg.Interception.Enabled {
+		v, err := e.handler.DecideConnect(authority)
+		if err == nil && v.Open {
+			// An HTTPS_PROXY agent: the tunnel opens on host and port,
+			// and the request inside is decided on its own, routes
+			// included.
+			res.connect = &v
+			res.listener = proxy.ListenerConnect
+			method = http.MethodGet
+		}
+	}
 	switch {
+	case res.connect != nil:
+		head = fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", u.RequestURI(), u.Hostname())
+		h = e.handler.Tunnel()
 	case u.Scheme == "https" && e.cfg.Interception.Enabled && method != http.MethodConnect:
 		// Transparent interception: origin-form on a TLS connection whose
 		// SNI is the URL's host.
@@ -176,10 +206,6 @@ func (e *explainer) run(method string, u *url.URL) (*explainResult, error) {
 		// With interception off an https:// request reaches BotBox only as
 		// an explicit proxy's CONNECT (transparent 443 traffic is dropped).
 		res.httpsWithoutInterception = u.Scheme == "https" && !e.cfg.Interception.Enabled
-		authority := u.Host
-		if u.Port() == "" {
-			authority = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
-		}
 		head = fmt.Sprintf("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
 		h = e.handler.Plain()
 	default:
@@ -196,7 +222,7 @@ func (e *explainer) run(method string, u *url.URL) (*explainResult, error) {
 		return nil, fmt.Errorf("building the request: %w", err)
 	}
 	req.RemoteAddr = "127.0.0.1:1"
-	if res.listener == proxy.ListenerHTTPS {
+	if res.listener == proxy.ListenerHTTPS || res.listener == proxy.ListenerConnect {
 		sni := u.Hostname()
 		if _, err := netip.ParseAddr(sni); err == nil {
 			sni = "" // clients send no SNI for an IP literal
@@ -222,10 +248,21 @@ func (e *explainer) run(method string, u *url.URL) (*explainResult, error) {
 func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 	str := func(k string) string { s, _ := res.line[k].(string); return s }
 	listener := "plain proxy listener"
-	if res.listener == proxy.ListenerHTTPS {
+	switch res.listener {
+	case proxy.ListenerHTTPS:
 		listener = "HTTPS interception listener"
+	case proxy.ListenerConnect:
+		listener = "inside a CONNECT tunnel of the plain listener, intercepted"
 	}
 	fmt.Fprintf(w, "listener: %s (%s)\n", res.listener, listener)
+	if v := res.connect; v != nil {
+		how := "allowed on host and port"
+		if v.Reason != "" {
+			how = "reported (report mode; enforce would refuse it: " + v.Reason + ")"
+		}
+		fmt.Fprintf(w, "connect:  CONNECT %s:443 answered 200, %s; TLS is ended inside the tunnel and every\n"+
+			"          request in it is decided on its own, routes included: below, GET %s\n", u.Hostname(), how, u.RequestURI())
+	}
 	if e.cfg.Policy.Mode == config.ModeReport {
 		fmt.Fprintln(w, "mode:     report (egress_policy.mode: what the policy denies is FORWARDED without header rewrites and logged as report_deny)")
 	}

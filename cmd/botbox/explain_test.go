@@ -204,6 +204,47 @@ func TestExplainInterception(t *testing.T) {
 	}
 }
 
+// TestExplainConnect: with interception on, --method CONNECT models an
+// HTTPS_PROXY agent: the CONNECT is decided on host and port only, and the
+// URL's path is the request inside the tunnel, decided on its route (review
+// D1: a rule with routes is reachable through CONNECT); a refused CONNECT
+// is the handler's own 405. Without interception every CONNECT is 405
+// (TestExplain).
+func TestExplainConnect(t *testing.T) {
+	sec := secretsWith(t, map[string]string{"openai-api-key": "sk-real"})
+	ca := testpki.NewCA(t, "explain")
+	certPath, keyPath := ca.WriteFiles(t, t.TempDir())
+	p := explainConfig(t, sec, `    - host: "*.github.example"
+      action: allow
+      routes:
+        - methods: [GET]
+          paths: ["/repos/acme/**"]
+`+fmt.Sprintf("https_interception:\n  enabled: true\n  ca_cert_path: %s\n  ca_key_path: %s\n", certPath, keyPath))
+	tests := []struct {
+		url      string
+		want     []string
+		wantCode int
+	}{
+		{"https://api.github.example/repos/acme/app", []string{"listener: connect", "connect:  CONNECT api.github.example:443 answered 200, allowed on host and port",
+			"decision: allow", "route:    egress_policy.rules[3].routes[0]", "upstream: https://api.github.example/repos/acme/app"}, 0},
+		{"https://api.github.example/admin", []string{"listener: connect", "answered 200", "decision: deny (denied_route)", "reason:   no_route"}, 1},
+		{"api.openai.com:443", []string{"listener: connect", "decision: allow", "header:   Authorization"}, 0},
+		{"https://evil.test/", []string{"listener: http", "decision: deny (denied_connect)", "status:   405", "reason:   default_deny"}, 1},
+		{"api.openai.com:8443", []string{"listener: http", "decision: deny (denied_connect)", "status:   405", "reason:   connect_port"}, 1},
+	}
+	for _, tt := range tests {
+		code, out, errOut := runArgs(t, nil, "explain", "-c", p, "--method", "CONNECT", tt.url)
+		if code != tt.wantCode {
+			t.Errorf("explain CONNECT %s: exit %d, want %d\n%s%s", tt.url, code, tt.wantCode, out, errOut)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("explain CONNECT %s lacks %q:\n%s", tt.url, w, out)
+			}
+		}
+	}
+}
+
 func TestExplainUsage(t *testing.T) {
 	p := explainConfig(t, t.TempDir(), "")
 	for _, args := range [][]string{

@@ -3,7 +3,9 @@
 // rules' response-header timeouts, and the interception flags that may
 // change while BotBox runs.
 //
-// A Generation is immutable. A Current publishes one through an
+// A Generation is immutable, with one exception: the token buckets of its
+// rate limits (Limits.Rate) count tokens, and an unchanged rule's bucket is
+// carried over to the next generation. A Current publishes one through an
 // atomic.Pointer: readers (the proxy's handlers, the TLS interception
 // authorizer, the coming DNS guard) call Load once per request or handshake
 // and use that generation throughout, so a request never sees half of a
@@ -19,9 +21,10 @@
 // them needs a restart; a rule's response_header_timeout_ms and its limits
 // are in it (they belong to the rule), the global
 // upstream_response_header_timeout_ms is not (the upstream transport
-// enforces it). The secrets' required set is not either: whoever reloads calls
-// secrets.(*Store).SetRequired(cfg.RequiredSecretRefs()) after a successful
-// Store.
+// enforces it). The secrets' required set is not either: whoever reloads
+// prepares the generation (Prepare), sets the required set and whatever
+// else depends on the new configuration, and publishes the generation last
+// (Swap), so that nothing sees the new policy before the rest is in place.
 //
 // The package does no I/O, does not log and does not watch files (the
 // caller reloads, e.g. with package volwatch).
@@ -111,7 +114,7 @@ type Interception struct {
 // d: the rule's compiled set (header_rewrites and remove_headers) when d is
 // an Allow by a rule that has either; nil otherwise (a Deny, a
 // DefaultAllow, a rule without rewrites or removals, or a decision from
-// another generation's policy, whose rule index is out of range).
+// another generation's policy).
 func (g *Generation) Rewrites(d policy.Decision) *rewrite.Set {
 	if !g.ruleAllowed(d) {
 		return nil
@@ -132,9 +135,11 @@ func (g *Generation) ResponseHeaderTimeout(d policy.Decision) time.Duration {
 }
 
 // ruleAllowed reports whether d is an Allow by a rule of this generation's
-// size (a rule index from another policy may be out of range).
+// own policy: a decision made with another generation's policy names a rule
+// this one does not own, even when the index is in range
+// (TestDecisionFromOtherGeneration).
 func (g *Generation) ruleAllowed(d policy.Decision) bool {
-	return d.Kind == policy.Allow && d.Rule != nil && d.Rule.Index >= 0 && d.Rule.Index < len(g.rewrites)
+	return d.Kind == policy.Allow && g.Policy.Owns(d.Rule)
 }
 
 // Compile compiles cfg into a generation with Seq 0. It fails, naming the
@@ -202,11 +207,12 @@ func New(cfg *config.Config) (*Current, error) {
 func (c *Current) Load() *Generation { return c.p.Load() }
 
 // Store compiles cfg and, only if everything compiles, makes it the
-// generation in force and returns it. On error the previous generation
-// stays in force and the error says what failed. Requests that already
-// loaded the previous generation finish with it. A rule whose host and
-// rate_limit are unchanged keeps its rate-limit bucket, tokens included
-// (TestStoreKeepsUnchangedBuckets); a new or changed one starts full.
+// generation in force and returns it: Prepare, then Swap. On error the
+// previous generation stays in force and the error says what failed.
+// Requests that already loaded the previous generation finish with it. A
+// rule whose host and rate_limit are unchanged keeps its rate-limit bucket,
+// tokens included (TestStoreKeepsUnchangedBuckets); a new or changed one
+// starts full.
 func (c *Current) Store(cfg *config.Config) (*Generation, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -214,9 +220,44 @@ func (c *Current) Store(cfg *config.Config) (*Generation, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.swapLocked(g)
+	return g, nil
+}
+
+// Prepare compiles cfg into the generation that Swap would publish, with
+// no effect on the generation in force: a reload checks everything else it
+// needs (secrets, placeholders) against it before committing. Buckets of
+// unchanged rules are taken over from the generation in force now, so a
+// caller that prepares and swaps must serialise its reloads (one reloader).
+func (c *Current) Prepare(cfg *config.Config) (*Generation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return compile(cfg, c.p.Load())
+}
+
+// ErrAlreadySwapped is Swap's error for a generation that is or was in
+// force already (one made by New, Store or an earlier Swap).
+var ErrAlreadySwapped = errors.New("generation: already published (prepare a new one with Prepare)")
+
+// Swap makes g, from Prepare, the generation in force, numbering it after
+// the one it replaces; nothing is compiled again. A nil g, or one already
+// published, is refused and nothing changes.
+func (c *Current) Swap(g *Generation) error {
+	if g == nil || g.Policy == nil {
+		return errors.New("generation: Swap of a generation that Prepare did not make")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g.Seq != 0 {
+		return ErrAlreadySwapped
+	}
+	c.swapLocked(g)
+	return nil
+}
+
+func (c *Current) swapLocked(g *Generation) {
 	g.Seq = c.p.Load().Seq + 1
 	c.p.Store(g)
-	return g, nil
 }
 
 // NameAddrOpts returns the address guard exceptions that apply to the
@@ -225,7 +266,7 @@ func (c *Current) Store(cfg *config.Config) (*Generation, error) {
 // another generation.
 func (g *Generation) NameAddrOpts(name string) addrguard.Opts {
 	r := g.Policy.RuleForName(name)
-	if r == nil || r.Action != config.ActionAllow || r.Index < 0 || r.Index >= len(g.addrOpts) {
+	if r == nil || r.Action != config.ActionAllow || !g.Policy.Owns(r) {
 		return addrguard.Opts{}
 	}
 	return g.addrOpts[r.Index]

@@ -58,7 +58,7 @@ func (b *Bucket) Take(now time.Time) (ok bool, wait time.Duration) {
 // Limits returns the limits of the rule that allowed d, nil when d is not
 // an Allow by a rule with limits (or is from another generation's policy).
 func (g *Generation) Limits(d policy.Decision) *Limits {
-	if d.Kind != policy.Allow || d.Rule == nil || d.Rule.Index < 0 || d.Rule.Index >= len(g.limits) {
+	if !g.ruleAllowed(d) {
 		return nil
 	}
 	return g.limits[d.Rule.Index]

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -72,7 +73,8 @@ var errSNIMismatch = errors.New("SNI does not match the CONNECT host")
 
 // serveConnect answers a CONNECT on the plain listener. With interception
 // on (Options.ConnectTLS returns a configuration) and a target host:443
-// that the policy allows, it hijacks the connection, answers 200, ends TLS
+// that the policy allows on host and port (Policy.DecideConnection; in
+// report mode, any host:443), it hijacks the connection, answers 200, ends TLS
 // inside the tunnel with a leaf for the CONNECT host only (any other SNI is
 // refused with a TLS alert), and serves the decrypted stream, HTTP/1.1 or h2
 // by ALPN, with the interception pipeline: every request there is judged and
@@ -107,18 +109,17 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 	if h.tripConnect(r, x, hp) {
 		return
 	}
-	if !hp.HasPort || hp.Port != 443 {
-		// Only port 443 is intercepted; a tunnel to another port would carry
-		// a protocol BotBox does not speak.
-		h.reject(x, http.StatusMethodNotAllowed, bodyConnect+"\n"+hintConnectPort+"\n", telemetry.DecisionDeniedConnect, reasonConnectPort)
-		return
+	g := h.gen.Load()
+	v := decideConnect(g, hp)
+	if v.Decision.Rule != nil {
+		x.rule = v.Decision.Rule.Host
 	}
-	d := h.gen.Load().Policy.Decide(policy.Target{Host: hp, Method: r.Method})
-	if d.Rule != nil {
-		x.rule = d.Rule.Host
-	}
-	if !d.Allowed() {
-		h.reject(x, http.StatusMethodNotAllowed, bodyConnect+"\n"+hintConnectDenied+"\n", telemetry.DecisionDeniedConnect, string(d.Reason))
+	if !v.Open {
+		hint := hintConnectDenied
+		if v.Reason == reasonConnectPort {
+			hint = hintConnectPort
+		}
+		h.reject(x, http.StatusMethodNotAllowed, bodyConnect+"\n"+hint+"\n", telemetry.DecisionDeniedConnect, v.Reason)
 		return
 	}
 
@@ -128,11 +129,20 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 		return
 	}
 	x.decision, x.reason, x.status = telemetry.DecisionAllow, reasonConnectTunnel, http.StatusOK
+	if v.Reason != "" {
+		// Report mode: the tunnel a denial would refuse is opened, and
+		// every request inside it is forwarded as report_deny, without
+		// header rewrites (forwardReport). TestReportModeConnectDenied.
+		x.decision, x.reason = telemetry.DecisionReportDeny, v.Reason
+	}
+	x.connectTunnel = true
 	// No idle timer: the tunnel's HTTP server closes idle keep-alive
 	// connections itself, and a request waiting minutes for its response
-	// head moves no byte but is not idle.
-	t := h.tunnels.open(conn, 0)
+	// head moves no byte but is not idle. A reload re-decides it on its
+	// host and port (CloseRevokedTunnels).
+	t := h.tunnels.open(conn, 0, tunnelTarget{connect: true, host: hp}, nil, h.now)
 	x.tunnel = t
+	h.recheckTunnel(t, g)
 	if n := brw.Reader.Buffered(); n > 0 {
 		// A client may send its ClientHello right behind the CONNECT.
 		pre, _ := brw.Reader.Peek(n)
@@ -155,6 +165,63 @@ func (h *Handler) serveConnect(w http.ResponseWriter, r *http.Request, x *exchan
 	}
 	go h.runTunnel(r, x, t, pinSNI(base, hp.Host))
 }
+
+// ConnectVerdict is how the plain listener answers a CONNECT when
+// interception is on: whether the tunnel is opened (200, then TLS ended
+// inside it and every request decided on its own), the host-and-port
+// decision, and the reason its refusal or report line carries.
+type ConnectVerdict struct {
+	// Open: the tunnel is opened and intercepted.
+	Open bool
+	// Decision is Policy.DecideConnection of the target (zero for a port
+	// other than 443, which is refused before the policy).
+	Decision policy.Decision
+	// Reason is the line's reason when the tunnel is refused
+	// (connect_port, or the policy's reason) or reported (report mode,
+	// the policy's reason); "" when the policy allows it.
+	Reason string
+}
+
+// decideConnect is the one decision of a CONNECT to hp under g:
+//   - only port 443 is intercepted; a tunnel to another port would carry a
+//     protocol BotBox does not speak: refused, connect_port, in report
+//     mode too;
+//   - then host and port only (Policy.DecideConnection), as the
+//     interception authorizer decides a handshake: routes are judged per
+//     request inside the tunnel (serveTLS, forward), so a rule's routes
+//     and rewrites are never bypassed, and without interception no CONNECT
+//     is served at all. TestConnectToRoutedRule holds it;
+//   - a denial opens the tunnel in report mode, with the policy's reason
+//     (TestReportModeConnectDenied).
+func decideConnect(g *generation.Generation, hp hostport.HostPort) ConnectVerdict {
+	if !hp.HasPort || hp.Port != 443 {
+		return ConnectVerdict{Reason: reasonConnectPort}
+	}
+	d := g.Policy.DecideConnection(hp)
+	switch {
+	case d.Allowed():
+		return ConnectVerdict{Open: true, Decision: d}
+	case g.Report:
+		return ConnectVerdict{Open: true, Decision: d, Reason: string(d.Reason)}
+	}
+	return ConnectVerdict{Decision: d, Reason: string(d.Reason)}
+}
+
+// DecideConnect is how a CONNECT to authority ("host:port") would be
+// answered with interception on, under the generation in force (botbox
+// explain). It fails when authority does not parse.
+func (h *Handler) DecideConnect(authority string) (ConnectVerdict, error) {
+	hp, err := hostport.Parse(authority)
+	if err != nil {
+		return ConnectVerdict{}, fmt.Errorf("CONNECT target %q: %w", clip(authority), err)
+	}
+	return decideConnect(h.gen.Load(), hp), nil
+}
+
+// Tunnel returns the handler of the requests inside an intercepted CONNECT
+// tunnel (listener "connect": the SNI must name the Host), for botbox
+// explain; the real tunnels are served by serveConnect.
+func (h *Handler) Tunnel() http.Handler { return http.HandlerFunc(h.serveTunnelRequest) }
 
 // runTunnel ends TLS in an accepted CONNECT tunnel and serves its
 // requests; it writes the CONNECT's decision line when the tunnel ends.
@@ -273,10 +340,10 @@ func (h *Handler) connectHandshakeFailed(x *exchange, err error) {
 	if errors.Is(err, errSNIMismatch) {
 		// A refusal, not a failure of an allowed tunnel: the agent tried to
 		// reach a host other than the one it named in the CONNECT.
-		// Counted like every refusal line, so that requests_total still
-		// adds up to the refusal lines.
+		// Counted like every refusal line (countDecision), so that
+		// requests_total still adds up to the refusal lines.
 		h.metrics.HostMismatch.Inc()
-		h.metrics.Requests.WithLabelValues(telemetry.HostUnknown, telemetry.DecisionDeniedHostMismatch).Inc()
+		x.hostLabel = telemetry.HostUnknown
 		x.decision, x.reason = telemetry.DecisionDeniedHostMismatch, reasonSNIHostMismatch
 	}
 	x.errText = err.Error()

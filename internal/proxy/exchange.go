@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/secrets"
@@ -63,10 +64,25 @@ type exchange struct {
 	upgrade        string // the refused Upgrade offer
 	aborted        bool
 	tunnel         *tunnelConn
-	timerDone      bool
-	agentH2        bool // the agent's request came over HTTP/2 (see outboundBody)
-	lineLater      bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
-	tw             tripState
+	// upgradeTarget and upgradeLimits are what an upgrade tunnel opened
+	// by this request is re-decided on and limited by (tunnellimits.go).
+	upgradeTarget tunnelTarget
+	upgradeLimits *tunnelLimits
+	// gen is the generation the request was decided with (forward).
+	gen *generation.Generation
+	// connectTunnel: a CONNECT whose tunnel was opened; its own line is
+	// not counted in botbox_requests_total unless it ends refused (its
+	// requests are counted on their own).
+	connectTunnel bool
+	// reportLimit is the limit report mode let pass (reason), set by
+	// admitLimits; bodyOver is set by the transport's goroutine when a
+	// streamed body crossed the limit in report mode.
+	reportLimit string
+	bodyOver    atomic.Bool
+	timerDone   bool
+	agentH2     bool // the agent's request came over HTTP/2 (see outboundBody)
+	lineLater   bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
+	tw          tripState
 
 	// Response scrubbing (scrub.go).
 	scrubOn    bool           // the rule scrubs responses (scrub_responses)
@@ -197,10 +213,27 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	if t := x.tunnel; t != nil {
 		bytesIn += t.in.Load()
 		bytesOut += t.out.Load()
-		if reason := t.closedBy(); reason != "" && !x.aborted {
+		reason := t.closedBy()
+		// A tunnel BotBox closed for its policy (a limit, a reload) says
+		// so, also when the close then failed a copy (an abort).
+		if reason != "" && (!x.aborted || reason == reasonPolicyReloaded || reason == reasonBodyTooLarge) {
 			x.reason = reason
 		}
+		switch {
+		case reason == reasonBodyTooLarge:
+			x.decision = telemetry.DecisionDeniedBodyTooLarge
+		case x.decision == telemetry.DecisionAllow && t.reportedBy() != "":
+			x.decision, x.reason = telemetry.DecisionReportDeny, t.reportedBy()
+		}
 	}
+	if x.decision == telemetry.DecisionAllow {
+		if reason := x.reportOver(); reason != "" {
+			// Report mode let a request over a limit of its rule pass,
+			// credential included (the policy allows it).
+			x.decision, x.reason = telemetry.DecisionReportDeny, reason
+		}
+	}
+	h.countDecision(x)
 	if x.decision == telemetry.DecisionAllow && !x.aborted && x.ctx.Err() != nil {
 		// The agent's connection went away while the exchange ran. The
 		// transport may then end the origin's body with a plain io.EOF, so
@@ -284,6 +317,31 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	h.logger.LogAttrs(x.ctx, level, msgDecision, attrs...)
 }
 
+// countDecision counts the exchange in botbox_requests_total once, from
+// its final decision: a streamed body that crossed the limit or tripped
+// after the request was allowed is counted as that refusal only
+// (TestStreamedRefusalCountedOnce). It runs before the repeat log may fold
+// the line, so the count still adds up to the refusals. A report-mode
+// request is counted under HostReport.
+func (h *Handler) countDecision(x *exchange) {
+	switch {
+	case x.decision == "":
+		return
+	case x.connectTunnel && (x.decision == telemetry.DecisionAllow || x.decision == telemetry.DecisionReportDeny):
+		return
+	case x.decision == telemetry.DecisionAllow && x.hm != nil:
+		x.hm.Requests.Inc()
+	case x.decision == telemetry.DecisionReportDeny:
+		h.metrics.Requests.WithLabelValues(telemetry.HostReport, telemetry.DecisionReportDeny).Inc()
+	default:
+		label := x.hostLabel
+		if label == "" {
+			label = telemetry.HostUnknown
+		}
+		h.metrics.Requests.WithLabelValues(label, x.decision).Inc()
+	}
+}
+
 // msgDecision is the message of the canonical line.
 const msgDecision = "proxy decision"
 
@@ -330,7 +388,7 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	c.status = http.StatusSwitchingProtocols
-	t := c.x.h.tunnels.open(conn, c.x.h.tunnelIdle)
+	t := c.x.h.tunnels.open(conn, c.x.h.tunnelIdle, c.x.upgradeTarget, c.x.upgradeLimits, c.x.h.now)
 	if n := brw.Reader.Buffered(); n > 0 {
 		// Bytes the agent sent right behind the upgrade request are in the
 		// server's read buffer, which ReverseProxy never reads: the tunnel
@@ -339,6 +397,7 @@ func (c *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		t.pending = bytes.Clone(pre)
 	}
 	c.x.tunnel = t
+	c.x.h.recheckTunnel(t, c.x.gen)
 	return t, brw, nil
 }
 

@@ -257,21 +257,18 @@ func (h *Handler) reject(x *exchange, status int, body, decision, reason string)
 	if x.hostLabel == "" {
 		x.hostLabel = telemetry.HostUnknown
 	}
-	h.metrics.Requests.WithLabelValues(x.hostLabel, decision).Inc()
 	writePlain(&x.cw, status, body, reason)
 }
 
 // forward decides with generation g (loaded once for the whole request)
 // and, when allowed, hands the request to the reverse proxy.
 func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g *generation.Generation) {
+	x.gen = g
 	x.host = hp.Host
 	x.port = hp.PortOr(443)
 	// The escaped path, the spelling the origin would receive: a rule with
 	// routes judges its canonical form, and that form is forwarded.
-	path := r.URL.EscapedPath()
-	if path == "" {
-		path = "/" // what rewrite forwards for an empty path
-	}
+	path := escapedPath(r)
 	d := g.Policy.Decide(policy.Target{Host: hp, Method: r.Method, Path: path, Override: reqpath.Override(r.Header, r.URL.RawQuery)})
 	if d.Rule != nil {
 		x.rule = d.Rule.Host
@@ -305,7 +302,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		}
 		return
 	}
-	if !h.admitLimits(r, x, hp, g, d) {
+	if !h.admitLimits(r, x, g, d) {
 		return
 	}
 	if !h.admitUpgrade(r, x) {
@@ -325,7 +322,12 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		x.hostLabel = telemetry.HostDefaultAllow
 	}
 	x.hm = h.metrics.ForHost(x.hostLabel)
-	x.hm.Requests.Inc()
+	if r.Header.Get("Upgrade") != "" {
+		// What the tunnel is re-decided on at reload, and the limits it
+		// carries if the origin switches protocols.
+		x.upgradeTarget = tunnelTarget{host: hp, method: r.Method, path: path}
+		x.upgradeLimits = newTunnelLimits(g, g.Limits(d))
+	}
 	// Upstream is always TLS; 443 is implied and omitted like the reference (§3.3 step 7).
 	x.authority = hp.Authority(443)
 	if x.rewrites != nil {
@@ -499,6 +501,15 @@ func (h *Handler) abort(x *exchange, reason string, err error) {
 	x.reason = reason
 	x.errText = err.Error()
 	h.metrics.Aborted.WithLabelValues(x.hostLabel, reason).Inc()
+}
+
+// escapedPath is the request's escaped path, "/" when empty (what rewrite
+// forwards for an empty path): the spelling routes judge.
+func escapedPath(r *http.Request) string {
+	if p := r.URL.EscapedPath(); p != "" {
+		return p
+	}
+	return "/"
 }
 
 // dialPolicy is what the address guard needs to judge the dials of a

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -21,16 +20,7 @@ import (
 // added to the bare.example.test rule.
 func (e *testEnv) withBareRule(keys string) {
 	e.t.Helper()
-	y := fmt.Sprintf(testConfig, e.secretDir, "", "deny")
-	const bare = "    - host: bare.example.test\n      action: allow\n"
-	y = strings.Replace(y, bare, bare+keys, 1)
-	cfg, err := config.Parse([]byte(y))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.handler.gen.Store(cfg); err != nil {
-		e.t.Fatal(err)
-	}
+	e.withBareRuleMode(keys, "")
 }
 
 // TestBodyLimitStreamedNeverCompletes: a body without Content-Length that

@@ -247,14 +247,13 @@ func (b *scanningBody) Read(p []byte) (int, error) {
 }
 
 // tripFailure turns an exchange whose streamed body tripped into a
-// tripwire refusal: its decision line and botbox_requests_total say
-// denied_tripwire.
+// tripwire refusal: its decision line and botbox_requests_total (counted
+// once, from the final decision, in writeDecision) say denied_tripwire.
 func (h *Handler) tripFailure(x *exchange, f failure) {
 	if f.reason != reasonTripwire {
 		return
 	}
 	x.decision = telemetry.DecisionDeniedTripwire
-	h.metrics.Requests.WithLabelValues(x.hostLabel, telemetry.DecisionDeniedTripwire).Inc()
 }
 
 // tripAttrs adds the tripwire fields to a decision line.

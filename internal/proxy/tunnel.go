@@ -95,10 +95,12 @@ func (h *Handler) CloseTunnels() {
 	}
 }
 
-// open registers c; idle > 0 arms the idle timeout, 0 leaves it to the
-// caller (a CONNECT tunnel's own HTTP server).
-func (s *tunnelSet) open(c net.Conn, idle time.Duration) *tunnelConn {
-	t := &tunnelConn{Conn: c, set: s, idle: idle, born: time.Now()}
+// open registers c, the tunnel to target with limits (nil: none); idle > 0
+// arms the idle timeout, 0 leaves it to the caller (a CONNECT tunnel's own
+// HTTP server). now is the clock of the rate limit.
+func (s *tunnelSet) open(c net.Conn, idle time.Duration, target tunnelTarget, limits *tunnelLimits, now func() time.Time) *tunnelConn {
+	t := &tunnelConn{Conn: c, set: s, idle: idle, born: time.Now(), target: target, now: now, done: make(chan struct{})}
+	t.limits.Store(limits)
 	s.mu.Lock()
 	if s.m == nil {
 		s.m = make(map[*tunnelConn]struct{})
@@ -144,6 +146,17 @@ type tunnelConn struct {
 	// Read before the connection's own; only the one reading goroutine of
 	// ReverseProxy touches it.
 	pending []byte
+	// target is what a reload re-decides (immutable).
+	target tunnelTarget
+	// limits apply to what the agent sends (tunnellimits.go); a reload
+	// replaces them. nil: none.
+	limits atomic.Pointer[tunnelLimits]
+	// frames counts the agent's WebSocket frames (the reading goroutine's).
+	frames wsFrameCounter
+	// reportReason is the limit report mode let pass, nil if none.
+	reportReason atomic.Pointer[string]
+	now          func() time.Time
+	done         chan struct{} // closed by Close
 
 	in, out atomic.Int64
 	last    atomic.Int64           // time since born of the last byte, in nanoseconds
@@ -155,7 +168,19 @@ type tunnelConn struct {
 	closed bool
 }
 
+// Read returns what the agent sent, after the tunnel's limits admitted it
+// (admit): a read the limits refuse returns an error and none of its bytes.
 func (t *tunnelConn) Read(p []byte) (int, error) {
+	n, err := t.read(p)
+	if n > 0 {
+		if lerr := t.admit(p[:n]); lerr != nil {
+			return 0, lerr
+		}
+	}
+	return n, err
+}
+
+func (t *tunnelConn) read(p []byte) (int, error) {
 	if len(t.pending) > 0 {
 		n := copy(p, t.pending)
 		t.pending = t.pending[n:]
@@ -200,6 +225,7 @@ func (t *tunnelConn) Close() error {
 		}
 		t.mu.Unlock()
 		t.set.remove(t)
+		close(t.done)
 		err = t.Conn.Close()
 	})
 	return err

@@ -156,7 +156,7 @@ func TestTunnelIdleTimer(t *testing.T) {
 		agent, proxySide := net.Pipe()
 		defer agent.Close()
 		var set tunnelSet
-		tc := set.open(proxySide, idle)
+		tc := set.open(proxySide, idle, tunnelTarget{}, nil, time.Now)
 		go func() { _, _ = io.Copy(io.Discard, agent) }()
 
 		time.Sleep(8 * time.Second)

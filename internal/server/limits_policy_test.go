@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/botbox/botbox/internal/telemetry"
+	"github.com/botbox/botbox/internal/testutil/eventually"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -185,10 +186,14 @@ func decodeAnswer(t *testing.T, resp *http.Response) uploadAnswer {
 	return a
 }
 
-// TestReportModeForwardsWithoutCredential: in report mode what enforce
-// would refuse (default deny, rule deny, rate, body size) is forwarded
-// without the header rewrite and logged as report_deny with the reason.
-func TestReportModeForwardsWithoutCredential(t *testing.T) {
+// TestReportModeForwards: in report mode what enforce would refuse is
+// forwarded and logged as report_deny with the reason. What the policy
+// denies (default deny, rule deny) goes without the header rewrite; a
+// request the policy allows keeps its credential over a limit (rate, body
+// size): report mode has no effect on allowed traffic. On ee87e5f the
+// rate-limited request lost its credential and the agent saw the origin's
+// 401s while the operator only observed.
+func TestReportModeForwards(t *testing.T) {
 	h := start(t, harnessOpts{writeSecret: true, configFile: true})
 	h.yaml = h.withOther("    - host: other.example.test\n      action: deny\n")
 	h.reloadWith("      rate_limit: { requests_per_second: 0.001, burst: 1 }\n      max_request_body_bytes: 10\n", "  mode: report\n")
@@ -196,11 +201,11 @@ func TestReportModeForwardsWithoutCredential(t *testing.T) {
 	if a := decodeAnswer(t, must(h.post("api.example.test", "/upload", strings.NewReader("x"), 1))); !a.Authorization {
 		t.Error("allowed request in report mode lost its credential")
 	}
-	// Over the rate: forwarded, without the credential.
-	if a := decodeAnswer(t, must(h.post("api.example.test", "/upload", strings.NewReader("x"), 1))); a.Authorization {
-		t.Error("rate-limited request forwarded WITH the credential")
+	// Over the rate: forwarded, with the credential.
+	if a := decodeAnswer(t, must(h.post("api.example.test", "/upload", strings.NewReader("x"), 1))); !a.Authorization {
+		t.Error("rate-limited request in report mode lost its credential")
 	}
-	// A host a rule denies: forwarded.
+	// A host a rule denies: forwarded, without.
 	if a := decodeAnswer(t, must(h.post("other.example.test", "/upload", strings.NewReader("x"), 1))); a.Authorization || a.Bytes != 1 {
 		t.Errorf("denied host in report mode: %+v", a)
 	}
@@ -219,22 +224,31 @@ func TestReportModeForwardsWithoutCredential(t *testing.T) {
 	if got := requests(h, telemetry.HostReport, telemetry.DecisionReportDeny); got != 2 {
 		t.Errorf("requests{_report,report_deny} = %v, want 2", got)
 	}
+	if got := requests(h, "api.example.test", telemetry.DecisionAllow); got != 1 {
+		t.Errorf("requests{api,allow} = %v, want 1 (the over-rate request is counted as report_deny only)", got)
+	}
 	if !strings.Contains(logs, "egress policy is in REPORT mode") {
 		t.Error("no REPORT mode warning")
 	}
 }
 
-// TestReportModeBodyTooLargeWithoutCredential: a declared body over the
-// limit is forwarded whole in report mode, without the credential.
-func TestReportModeBodyTooLargeWithoutCredential(t *testing.T) {
+// TestReportModeLimitKeepsCredential: a body over the limit, declared or
+// streamed, is forwarded whole in report mode with the credential, and
+// its line says report_deny, body_too_large.
+func TestReportModeLimitKeepsCredential(t *testing.T) {
 	h := start(t, harnessOpts{writeSecret: true, configFile: true})
 	h.reloadWith("      max_request_body_bytes: 10\n", "  mode: report\n")
-	a := decodeAnswer(t, must(h.post("api.example.test", "/upload", strings.NewReader(strings.Repeat("x", 11)), 11)))
-	if a.Authorization || a.Bytes != 11 {
-		t.Errorf("over-limit body in report mode: %+v, want forwarded without credential", a)
+	for _, length := range []int64{11, -1} {
+		a := decodeAnswer(t, must(h.post("api.example.test", "/upload", strings.NewReader(strings.Repeat("x", 11)), length)))
+		if !a.Authorization || a.Bytes != 11 {
+			t.Errorf("over-limit body (Content-Length %d) in report mode: %+v, want forwarded whole with the credential", length, a)
+		}
 	}
-	if !strings.Contains(h.logs.String(), `"reason":"body_too_large"`) {
-		t.Error("no report_deny line with reason body_too_large")
+	eventually.Eventually(t, 5*time.Second, func() bool {
+		return requests(h, telemetry.HostReport, telemetry.DecisionReportDeny) == 2
+	}, "both over-limit bodies counted as report_deny")
+	if n := strings.Count(h.logs.String(), `"reason":"body_too_large"`); n != 2 {
+		t.Errorf("%d report_deny lines with reason body_too_large, want 2", n)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/botbox/botbox/internal/config"
-	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/volwatch"
 )
@@ -96,11 +95,16 @@ var ErrReloadDisabled = errors.New("config reload needs the config file path (se
 
 // Reload re-reads the config file and, when it parses and validates exactly
 // as at start-up (config.Parse, then config.ApplyEnv), makes its policy the
-// generation in force: generation.Current.Store swaps it atomically (a
-// request in flight finishes on the generation it loaded), the secrets'
-// required set follows the new policy (readiness waits for a newly
-// referenced secret), log_level follows when Options.LogLevel is set, and
-// idle upstream connections are closed. Keys in restartKeys that changed
+// generation in force. It prepares first (the generation is compiled once,
+// generation.Current.Prepare), then commits: the secrets' required set
+// follows the new policy (readiness waits for a newly referenced secret),
+// the placeholders follow its secret_refs, log_level follows when
+// Options.LogLevel is set, the success is counted, and the generation is
+// swapped in last (generation.Current.Swap; a request in flight finishes on
+// the generation it loaded). After the swap idle upstream connections are
+// closed, and every open tunnel (WebSocket, CONNECT) whose host, port or
+// route the new policy no longer allows is closed with a decision line,
+// reason policy_reloaded (proxy.Handler.CloseRevokedTunnels). Keys in restartKeys that changed
 // are logged at WARN as requiring a restart and keep their old value.
 //
 // When the file is missing or invalid, or the policy does not compile,
@@ -141,28 +145,36 @@ func (s *Server) Reload(trigger string) error {
 	if err != nil {
 		return s.reloadFailed(trigger, err)
 	}
-	// Compile first: the required secrets must follow only a policy that
-	// will be in force.
-	if _, err := generation.Compile(cfg); err != nil {
+	// Prepare: everything that can fail, with no effect on what is in
+	// force. Compiled once; Swap publishes this very generation.
+	g, err := s.gen.Prepare(cfg)
+	if err != nil {
 		return s.reloadFailed(trigger, err)
 	}
+	// Commit: what depends on the new configuration first, the policy
+	// last, so that nothing observes the new policy before the rest of
+	// the reload (required secrets, placeholder table and files, log
+	// level, the success metric) is in place (TestReloadCommitsPolicyLast).
+	// SetRequired is the one step that may still refuse; it changes
+	// nothing when it does.
 	if err := s.store.SetRequired(cfg.RequiredSecretRefs()); err != nil {
 		return s.reloadFailed(trigger, err)
 	}
-	g, err := s.gen.Store(cfg)
-	if err != nil {
-		// Unreachable after Compile succeeded; restore the required set.
-		_ = s.store.SetRequired(s.live.RequiredSecretRefs())
-		return s.reloadFailed(trigger, err)
-	}
+	s.updatePlaceholders(cfg.RequiredSecretRefs())
 	if s.opts.LogLevel != nil {
 		s.opts.LogLevel.Set(cfg.LogLevel)
 	}
-	s.updatePlaceholders(cfg.RequiredSecretRefs())
 	s.live = cfg
-	s.transport.CloseIdleConnections()
 	s.sm.ConfigReloads.WithLabelValues(telemetry.ReloadSuccess).Inc()
 	s.sm.ConfigLastReloadSuccess.Set(1)
+	if err := s.gen.Swap(g); err != nil {
+		// Only a generation published twice is refused: a bug, not a bad file.
+		return fmt.Errorf("reloading %s: %w", s.opts.ConfigPath, err)
+	}
+	// Consequences of the swap: pooled connections and open tunnels were
+	// admitted by the previous policy.
+	s.transport.CloseIdleConnections()
+	s.handler.CloseRevokedTunnels(g)
 	s.logger.Info("configuration reloaded",
 		slog.String(telemetry.KeyConfigPath, s.opts.ConfigPath),
 		slog.String(telemetry.KeyTrigger, trigger),

@@ -433,6 +433,13 @@ func (p *pod) makeCA(t *testing.T) {
 // writeConfig writes BotBox's config for the scenario.
 func (p *pod) writeConfig(t *testing.T) {
 	t.Helper()
+	p.configPath = filepath.Join(p.dir, "botbox.yaml")
+	p.writeConfigTo(t, p.configPath)
+}
+
+// writeConfigTo writes BotBox's config for the scenario (p.cfg) to path.
+func (p *pod) writeConfigTo(t *testing.T, path string) {
+	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen_port: 8080\nmetrics_port: 9090\n")
 	fmt.Fprintf(&b, "secrets_dir: %q\n", p.secrets.dir)
@@ -461,7 +468,7 @@ func (p *pod) writeConfig(t *testing.T) {
 		// The shared emptyDir: created for the Pod, writable by BotBox,
 		// readable by the app.
 		phDir := filepath.Join(p.dir, "placeholders")
-		if err := os.Mkdir(phDir, 0o755); err != nil {
+		if err := os.MkdirAll(phDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chown(phDir, uidBotBox, uidBotBox); err != nil {
@@ -474,8 +481,7 @@ func (p *pod) writeConfig(t *testing.T) {
 		// nameserver (the origin's DNS server), as in a real Pod.
 		fmt.Fprintf(&b, "dns_guard:\n  enabled: true\n  listen_port: %d\n", dnsGuardPort)
 	}
-	p.configPath = filepath.Join(p.dir, "botbox.yaml")
-	writeFile(t, p.configPath, []byte(b.String()), 0o644)
+	writeFile(t, path, []byte(b.String()), 0o644)
 }
 
 // startBotBox runs BotBox as UID 1337 in the pod and waits until every

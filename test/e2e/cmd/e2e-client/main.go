@@ -24,6 +24,10 @@
 //	                                 came back, Status = its rcode, Body = its A/AAAA
 //	                                 addresses, comma-separated
 //	loop  -url URL -header-of NAME -stop-value V [-after N] [-duration D]   request loop
+//	ws    -url http://HOST/PATH [-frames N] [-size S] [-interval D]   WebSocket upgrade,
+//	                                 then N masked binary frames of S payload bytes, one per
+//	                                 interval; Status = the upgrade's status, Body = "sent=<bytes
+//	                                 of complete frames written> closed=<the peer closed>"
 //
 // Every mode writes wire.Result (loop: wire.LoopResult) to stdout and exits 0;
 // exit status 2 means a usage error. It never honours proxy environment
@@ -32,6 +36,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -78,6 +83,7 @@ type opts struct {
 	after, proto                                int
 	name, qtype                                 string
 	overTCP                                     bool
+	frames, size                                int
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -112,6 +118,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.name, "name", "", "dns: the query name")
 	fs.StringVar(&o.qtype, "qtype", "A", "dns: the query type (A, AAAA, TXT, ...)")
 	fs.BoolVar(&o.overTCP, "tcp", false, "dns: query over TCP")
+	fs.IntVar(&o.frames, "frames", 10, "ws: frames to send")
+	fs.IntVar(&o.size, "size", 500, "ws: payload bytes per frame (< 65536)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -141,6 +149,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		out = doLoop(o)
 	case "dns":
 		out = doDNS(o)
+	case "ws":
+		out = doWS(o)
 	default:
 		fmt.Fprintf(stderr, "unknown mode %q\n", mode)
 		return 2
@@ -378,15 +388,11 @@ func doRaw(o opts) wire.Result {
 		fail(&r, errors.New("raw needs exactly one -addr"))
 		return r
 	}
-	c, err := net.DialTimeout("tcp", o.addrs[0], o.connectTimeout)
-	if err != nil {
-		fail(&r, err)
+	c := dialTCP(o, o.addrs[0], &r)
+	if c == nil {
 		return r
 	}
 	defer c.Close()
-	r.Connected = true
-	r.Local = c.LocalAddr().String()
-	_ = c.SetDeadline(time.Now().Add(o.timeout))
 	if o.useTLS {
 		tc, err := tlsConfig(o)
 		if err != nil {
@@ -686,4 +692,95 @@ func doLoop(o opts) wire.LoopResult {
 		time.Sleep(o.interval)
 	}
 	return res
+}
+
+// doWS upgrades -url (plain http, so a transparent redirect takes it) to a
+// WebSocket and sends -frames masked binary frames of -size bytes, one
+// per -interval, stopping at the first failed write. After the last frame
+// it waits up to -timeout for the peer to close. Connected is the TCP
+// connection; Body says how many bytes of complete frames were written and
+// whether the peer closed the connection.
+func doWS(o opts) wire.Result {
+	r := wire.Result{UID: os.Getuid()}
+	u, err := url.Parse(o.url)
+	if err != nil || u.Scheme != "http" || o.size < 0 || o.size > 65535 {
+		fail(&r, fmt.Errorf("ws needs an http:// -url and -size below 65536 (got %q, %d)", o.url, o.size))
+		return r
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	c := dialTCP(o, addr, &r)
+	if c == nil {
+		return r
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", u.RequestURI(), u.Host)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		fail(&r, err)
+		return r
+	}
+	r.Status = resp.StatusCode
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		fillResponse(&r, resp)
+		return r
+	}
+	frame := maskedFrame(bytes.Repeat([]byte("w"), o.size))
+	sent, closed := 0, false
+	var werr error
+	for i := 0; i < o.frames; i++ {
+		if i > 0 {
+			time.Sleep(o.interval)
+		}
+		if _, werr = c.Write(frame); werr != nil {
+			break
+		}
+		sent += len(frame)
+	}
+	// The peer never answers: a read returns only when it closes (or the
+	// deadline passes).
+	if _, rerr := br.ReadByte(); rerr != nil && classify(rerr) != wire.ErrTimeout {
+		closed = true
+	}
+	r.Body = fmt.Sprintf("sent=%d closed=%t", sent, closed)
+	if werr != nil {
+		fail(&r, werr)
+	}
+	return r
+}
+
+// maskedFrame is payload as one final, masked binary frame (RFC 6455
+// §5.2), as a client sends it.
+func maskedFrame(payload []byte) []byte {
+	var f []byte
+	if len(payload) < 126 {
+		f = []byte{0x82, 0x80 | byte(len(payload))}
+	} else {
+		f = []byte{0x82, 0x80 | 126, byte(len(payload) >> 8), byte(len(payload))}
+	}
+	mask := [4]byte{0x11, 0x22, 0x33, 0x44}
+	f = append(f, mask[:]...)
+	for i, b := range payload {
+		f = append(f, b^mask[i%4])
+	}
+	return f
+}
+
+// dialTCP connects to addr within -connect-timeout and records it in r
+// (Connected, Local), with -timeout as the connection's deadline; nil,
+// with the failure in r, when the connection fails.
+func dialTCP(o opts, addr string, r *wire.Result) net.Conn {
+	c, err := net.DialTimeout("tcp", addr, o.connectTimeout)
+	if err != nil {
+		fail(r, err)
+		return nil
+	}
+	r.Connected = true
+	r.Local = c.LocalAddr().String()
+	_ = c.SetDeadline(time.Now().Add(o.timeout))
+	return c
 }

@@ -374,8 +374,38 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 		o.serveSSE(w, r, id)
 		return
 	}
+	if strings.HasPrefix(r.URL.Path, "/ws/") && strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		o.serveWS(w, ev)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.Echo{Seq: ev.Seq, Method: r.Method, Path: r.URL.Path, Host: r.Host, TLS: r.TLS != nil, Headers: r.Header})
+}
+
+// serveWS answers a WebSocket upgrade with 101 and records every read of
+// what the agent sends through the tunnel as a KindWS event (its byte
+// count), until the connection ends. It never answers: what crosses the
+// tunnel is what the test measures.
+func (o *origin) serveWS(w http.ResponseWriter, req wire.Event) {
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+	if brw.Flush() != nil {
+		return
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := brw.Read(buf)
+		if n > 0 {
+			o.record(wire.Event{Kind: wire.KindWS, Local: req.Local, Remote: req.Remote, Path: req.Path, Payload: strconv.Itoa(n)})
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // serveSSE streams event "one", waits for the release of id (or sseHold),

@@ -31,6 +31,9 @@ const (
 	// KindDNS is a DNS query the origin's DNS server received (-dns):
 	// Payload is "<name> <type>", the name as it arrived.
 	KindDNS = "dns"
+	// KindWS is a read of bytes an agent sent through a WebSocket tunnel
+	// (an upgrade of a path under /ws/): Payload is the number of bytes.
+	KindWS = "ws"
 )
 
 // Event is one thing the origin saw. Events are numbered from 1 in the order
