@@ -778,9 +778,13 @@ func (c *Config) RequiredSecretRefs() []string {
 }
 
 // ApplyEnv applies the environment overrides: BOTBOX_LOG_LEVEL (debug,
-// info, warn or error) replaces log_level. An empty variable changes
+// info, warn or error) replaces log_level; BOTBOX_DNS_GUARD_PORT serves the
+// DNS guard on that port (applyDNSGuardPort). An empty variable changes
 // nothing; any other value is an error, never a silent default.
 func ApplyEnv(c *Config, getenv func(string) string) error {
+	if err := applyDNSGuardPort(c, getenv); err != nil {
+		return err
+	}
 	if v := getenv("BOTBOX_LOG_LEVEL"); v != "" {
 		l, err := parseLevel(v)
 		if err != nil {
