@@ -72,7 +72,7 @@ Chain EGRESS_REDIRECT (1 references)
     0     0 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 8080
     0     0 -p tcp -m tcp --dport 443 -j REDIRECT --to-ports 8443
 Chain EGRESS_FILTER (1 references)
-    0     0 -m addrtype ! --src-type LOCAL -j DROP
+    0     0 -m addrtype ! --src-type LOCAL -m owner --socket-exists -j DROP
     0     0 -p tcp -m tcp --sport 8080 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP
     0     0 -p tcp -m tcp --sport 8443 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP
     0     0 -p tcp -m tcp --sport 9090 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP

@@ -48,6 +48,11 @@ const (
 	verdictRejectPortUnreachable
 )
 
+// noUID is (uid_t)-1, which no process has (BOTBOX_UID stops below it):
+// "meta skuid != noUID" is true for every socket and breaks (no match)
+// without one, which is xt_owner's "--socket-exists".
+const noUID = ^uint32(0)
+
 // nftRule is one rule of Plan in typed form: every match is a conjunction,
 // so the order in which they are evaluated does not change the verdict.
 type nftRule struct {
@@ -62,6 +67,7 @@ type nftRule struct {
 	icmpType    int          // --icmpv6-type T (-1: none)
 	srcLocal    bool         // -m addrtype [!] --src-type LOCAL
 	srcLocalNeg bool
+	hasSocket   bool // -m owner --socket-exists
 	hasUID      bool // -m owner [!] --uid-owner UID
 	uidNeg      bool
 	uid         uint32
@@ -109,6 +115,10 @@ func parseRule(r Rule, f Family, jumpable []string) (nftRule, error) {
 			return bad("%s given twice", opt)
 		}
 		seen[opt] = true
+		if opt == "--socket-exists" {
+			out.hasSocket = true
+			continue
+		}
 		val, ok := arg(i + 1)
 		if !ok {
 			return bad("%s without a value", opt)
@@ -394,6 +404,9 @@ func (r nftRule) text(f Family) string {
 		}
 		parts = append(parts, "fib saddr type "+op+"local")
 	}
+	if r.hasSocket {
+		parts = append(parts, fmt.Sprintf("meta skuid != %d", uint32(noUID)))
+	}
 	if r.hasUID {
 		op := ""
 		if r.uidNeg {
@@ -486,6 +499,10 @@ func (r nftRule) exprs(f Family) []expr.Any {
 			c.Op = expr.CmpOpNeq
 		}
 		e = append(e, &expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true}, c)
+	}
+	if r.hasSocket {
+		e = append(e, &expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, noUID)})
 	}
 	if r.hasUID {
 		op := expr.CmpOpEq

@@ -374,7 +374,7 @@ func nftMatches(t *testing.T, r nftRule, p packet) bool {
 		r.icmpType >= 0 && r.icmpType != p.icmpv6Type,
 		r.srcLocal && p.srcLocal() == r.srcLocalNeg:
 		return false
-	case r.hasUID && p.uid < 0:
+	case (r.hasUID || r.hasSocket) && p.uid < 0:
 		return false
 	case r.hasUID && (uint32(p.uid) == r.uid) == r.uidNeg:
 		return false
@@ -401,11 +401,11 @@ func TestNFTExprsFollowText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := r.text(IPv6), "ip6 saddr != :: fib saddr type != local drop"; got != want {
+	if got, want := r.text(IPv6), "ip6 saddr != :: fib saddr type != local meta skuid != 4294967295 drop"; got != want {
 		t.Errorf("text %q, want %q", got, want)
 	}
-	if e := r.exprs(IPv6); len(e) != 5 || e[1].(*expr.Cmp).Op != expr.CmpOpNeq || e[3].(*expr.Cmp).Op != expr.CmpOpNeq {
-		t.Errorf("source drop: %d expressions %v, want payload, cmp !=, fib, cmp !=, verdict", len(e), e)
+	if e := r.exprs(IPv6); len(e) != 7 || e[1].(*expr.Cmp).Op != expr.CmpOpNeq || e[3].(*expr.Cmp).Op != expr.CmpOpNeq || e[5].(*expr.Cmp).Op != expr.CmpOpNeq {
+		t.Errorf("source drop: %d expressions %v, want payload, cmp !=, fib, cmp !=, meta, cmp !=, verdict", len(e), e)
 	}
 	r, err = parseRule(Rule{"-p", "tcp", "-m", "tcp", "--dport", "80", "-j", "REDIRECT", "--to-ports", "8080"}, IPv4, nil)
 	if err != nil {
@@ -459,7 +459,7 @@ func FuzzParseRule(f *testing.F) {
 		}
 		text := r.text(fam)
 		for opt, word := range map[string]string{"-o": "oifname", "-d": "daddr", "--sport": "sport", "--dport": "dport",
-			"--tcp-flags": "tcp flags", "--icmpv6-type": "icmpv6 type", "--src-type": "fib saddr", "--uid-owner": "meta skuid", "-s": " saddr "} {
+			"--tcp-flags": "tcp flags", "--icmpv6-type": "icmpv6 type", "--src-type": "fib saddr", "--uid-owner": "meta skuid", "-s": " saddr ", "--socket-exists": "meta skuid != 4294967295"} {
 			if slices.Contains(strings.Split(args, "\x00"), opt) && !strings.Contains(text, word) {
 				t.Fatalf("%q: %s lost in %q", args, opt, text)
 			}

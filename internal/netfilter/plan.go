@@ -315,6 +315,13 @@ func dnsGuardRules(s Settings) []Rule {
 // so no answer can be sent through one (the exemption of BotBox's UID
 // never applies: BotBox never receives the query).
 //
+// Only packets of a socket are dropped: every packet a process sends has
+// one, while the resets of "REJECT --reject-with tcp-reset" have none and
+// carry the rejected packet's destination, a foreign address, as their
+// source (to the app's own address, through lo); they must pass. A packet
+// without a socket is the kernel's reaction to a packet it received, and
+// what the app sends can no longer be received from a foreign source.
+//
 // IPv6 exempts the unspecified source "::", which the kernel uses for
 // duplicate address detection (neighbour solicitations, RFC 4862 §5.4.2),
 // MLD reports sent before a link-local address exists (RFC 3590) and
@@ -330,10 +337,11 @@ func dnsGuardRules(s Settings) []Rule {
 // TestPlanSourceFirst, TestPlanForeignSourceDropped and the e2e
 // TestSpoofedSourcesGetNoAnswer and TestDADFromUnspecifiedSource hold this.
 func sourceRules(f Family) []Rule {
+	r := Rule{"-m", "addrtype", "!", "--src-type", "LOCAL", "-m", "owner", "--socket-exists", "-j", "DROP"}
 	if f == IPv6 {
-		return []Rule{{"!", "-s", "::/128", "-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "DROP"}}
+		r = append(Rule{"!", "-s", "::/128"}, r...)
 	}
-	return []Rule{{"-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "DROP"}}
+	return []Rule{r}
 }
 
 // dnsRules exempts port 53: to any destination (reference), or only to the

@@ -281,9 +281,9 @@ func referenceRules(family Family, interception bool, existingJumps int) []refer
 		filter("-D OUTPUT -j EGRESS_FILTER")
 	}
 	if family == IPv4 {
-		added("-A EGRESS_FILTER -m addrtype ! --src-type LOCAL -j DROP")
+		added("-A EGRESS_FILTER -m addrtype ! --src-type LOCAL -m owner --socket-exists -j DROP")
 	} else {
-		added("-A EGRESS_FILTER ! -s ::/128 -m addrtype ! --src-type LOCAL -j DROP")
+		added("-A EGRESS_FILTER ! -s ::/128 -m addrtype ! --src-type LOCAL -m owner --socket-exists -j DROP")
 	}
 	added("-A EGRESS_FILTER -p tcp --sport 8080 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP")
 	added("-A EGRESS_FILTER -p tcp --sport 8443 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP")

@@ -96,6 +96,8 @@ func matches(t *testing.T, r Rule, p packet) bool {
 		case "-m":
 			i++
 			continue
+		case "--socket-exists":
+			m = p.uid >= 0
 		case "--uid-owner":
 			i++
 			// Without a socket, xt_owner's owner match is false and its
@@ -466,9 +468,9 @@ func TestPlanSourceFirst(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := Plan(mustParseEnv(t, tc.env))
 			for _, f := range rs.Families() {
-				want := Rule{"-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "DROP"}
+				want := Rule{"-m", "addrtype", "!", "--src-type", "LOCAL", "-m", "owner", "--socket-exists", "-j", "DROP"}
 				if f == IPv6 {
-					want = Rule{"!", "-s", "::/128", "-m", "addrtype", "!", "--src-type", "LOCAL", "-j", "DROP"}
+					want = append(Rule{"!", "-s", "::/128"}, want...)
 				}
 				for _, c := range rs.Chains(f) {
 					if c.Table == TableFilter {
@@ -495,10 +497,11 @@ func TestPlanSourceFirst(t *testing.T) {
 	}
 }
 
-// TestPlanForeignSourceDropped: whatever its UID (the app, root, BotBox's,
-// none), protocol, destination and interface, a packet from a foreign
+// TestPlanForeignSourceDropped: whatever its UID (the app, root, BotBox's),
+// protocol, destination and interface, a packet of a socket from a foreign
 // source is dropped by the filter chain and never redirected to the DNS
-// guard. A packet from the unspecified IPv6 source (only the kernel and raw
+// guard; REJECT's reset, which has no socket and a foreign source, still
+// reaches the app. A packet from the unspecified IPv6 source (only the kernel and raw
 // sockets send one, and nothing can answer it) walks the rest of the chain
 // as one from a local source would, so the kernel's DAD probe and
 // solicited-node MLD report pass and other MLD is dropped, except that
@@ -518,7 +521,7 @@ func TestPlanForeignSourceDropped(t *testing.T) {
 				for _, d := range dsts {
 					dst := netip.MustParseAddr(d)
 					for _, pr := range proto {
-						for _, uid := range []int{1000, 0, int(s.UID), -1} {
+						for _, uid := range []int{1000, 0, int(s.UID)} {
 							for _, port := range []uint16{53, s.ProxyPort, s.RedirectFromPort, 443, 9999} {
 								p := packet{proto: pr, dst: dst, uid: uid, outLo: dst.IsLoopback(), sport: 40000, dport: port,
 									syn: pr == "tcp", icmpv6Type: 128, foreignSrc: true}
@@ -531,6 +534,15 @@ func TestPlanForeignSourceDropped(t *testing.T) {
 							}
 						}
 					}
+				}
+				// REJECT's reset has no socket and the rejected packet's
+				// destination as its source; it goes to the app's address.
+				reset := packet{proto: "tcp", dst: netip.MustParseAddr("10.0.0.2"), uid: -1, outLo: true, sport: 443, dport: 40000, foreignSrc: true}
+				if f == IPv6 {
+					reset.dst = netip.MustParseAddr("fd00::2")
+				}
+				if got := verdict(t, rs, f, reset); got != "RETURN" {
+					t.Errorf("%v: REJECT's reset to the app: %s, want RETURN", f, got)
 				}
 				if f != IPv6 {
 					continue

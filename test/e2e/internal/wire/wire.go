@@ -31,6 +31,13 @@ const (
 	// KindDNS is a DNS query the origin's DNS server received (-dns):
 	// Payload is "<name> <type>", the name as it arrived.
 	KindDNS = "dns"
+	// KindWire is a packet the origin's capture (-capture ADDR) saw arrive
+	// in the net namespace with ADDR as its source or destination, whether
+	// or not anything listens there: Local is its destination, Remote its
+	// source (ports 0 when the protocol has none), Payload a summary: "udp
+	// <payload>", "tcp flags=0x12", "icmp <type>", "icmpv6 <type> <data>"
+	// or "proto <n>".
+	KindWire = "wire"
 )
 
 // Event is one thing the origin saw. Events are numbered from 1 in the order
