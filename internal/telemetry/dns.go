@@ -78,9 +78,9 @@ func NewDNSMetrics(reg prometheus.Registerer) *DNSMetrics {
 	reg.MustRegister(foreign)
 	return &DNSMetrics{
 		ForeignPeer: foreign,
-		Queries:   v,
-		Forwarded: v.WithLabelValues(DNSForwarded),
-		Denied:    v.WithLabelValues(DNSDenied),
-		Error:     v.WithLabelValues(DNSError),
+		Queries:     v,
+		Forwarded:   v.WithLabelValues(DNSForwarded),
+		Denied:      v.WithLabelValues(DNSDenied),
+		Error:       v.WithLabelValues(DNSError),
 	}
 }
