@@ -30,18 +30,8 @@ func applyDNSGuardPort(c *Config, getenv func(string) string) error {
 		return fmt.Errorf("%s: %q is not a port (1-65535)", EnvDNSGuardPort, v)
 	}
 	port := uint16(n)
-	for _, other := range []struct {
-		key  string
-		port uint16
-		on   bool
-	}{
-		{"listen_port", c.ListenPort, true},
-		{"metrics_port", c.MetricsPort, true},
-		{"https_interception.listen_port", c.Interception.ListenPort, c.Interception.Enabled},
-	} {
-		if other.on && other.port == port {
-			return fmt.Errorf("%s=%d collides with %s %d: the DNS guard must listen on that port (UDP and TCP); give the init step and BotBox another BOTBOX_DNS_GUARD_PORT", EnvDNSGuardPort, port, other.key, other.port)
-		}
+	if key, taken := dnsGuardPortTaken(c, port); taken {
+		return fmt.Errorf("%s=%d collides with %s %d: the DNS guard must listen on that port (UDP and TCP); give the init step and BotBox another BOTBOX_DNS_GUARD_PORT", EnvDNSGuardPort, port, key, port)
 	}
 	for _, u := range c.DNSGuard.Upstream {
 		if u.Port() == port && (u.Addr().IsLoopback() || u.Addr() == c.ListenAddr) {
@@ -58,4 +48,23 @@ func applyDNSGuardPort(c *Config, getenv func(string) string) error {
 	}
 	c.DNSGuard.Enabled, c.DNSGuard.ListenPort = true, port
 	return nil
+}
+
+// dnsGuardPortTaken names the key of another listener of BotBox (TCP) that
+// already uses port, if any.
+func dnsGuardPortTaken(c *Config, port uint16) (key string, taken bool) {
+	for _, other := range []struct {
+		key  string
+		port uint16
+		on   bool
+	}{
+		{"listen_port", c.ListenPort, true},
+		{"metrics_port", c.MetricsPort, true},
+		{"https_interception.listen_port", c.Interception.ListenPort, c.Interception.Enabled},
+	} {
+		if other.on && other.port == port {
+			return other.key, true
+		}
+	}
+	return "", false
 }

@@ -177,7 +177,7 @@ func (g *Guard) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if udp {
 		transport = "udp"
 	}
-	if peer, ok := peerAddr(w.RemoteAddr()); !ok || !g.opts.Peers.Local(peer) {
+	if peer, ok := addrIP(w.RemoteAddr()); !ok || !g.opts.Peers.Local(peer) {
 		g.opts.Metrics.ForeignPeer.Inc()
 		g.logForeignPeer(peer, transport)
 		if !udp {
@@ -355,22 +355,6 @@ func (g *Guard) logDecision(name, qtype, transport, reason string) {
 		attrs = append(attrs, slog.String(telemetry.KeyHost, name))
 	}
 	g.log.LogAttrs(context.Background(), slog.LevelInfo, "dns decision", attrs...)
-}
-
-// peerAddr is the IP address of a query's source; ok is false when it
-// has none.
-func peerAddr(a net.Addr) (netip.Addr, bool) {
-	var ip net.IP
-	switch v := a.(type) {
-	case *net.UDPAddr:
-		ip = v.IP
-	case *net.TCPAddr:
-		ip = v.IP
-	default:
-		return netip.Addr{}, false
-	}
-	addr, ok := netip.AddrFromSlice(ip)
-	return addr.Unmap(), ok
 }
 
 // logForeignPeer writes the line of a query dropped for its source,

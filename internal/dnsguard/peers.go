@@ -90,17 +90,28 @@ func (l *LocalAddrs) refresh(now time.Time) {
 		return
 	}
 	for _, ad := range addrs {
-		var ip net.IP
-		switch v := ad.(type) {
-		case *net.IPNet:
-			ip = v.IP
-		case *net.IPAddr:
-			ip = v.IP
-		default:
-			continue
-		}
-		if a, ok := netip.AddrFromSlice(ip); ok {
-			l.set[a.Unmap()] = struct{}{}
+		if a, ok := addrIP(ad); ok {
+			l.set[a] = struct{}{}
 		}
 	}
+}
+
+// addrIP is the IP address of an interface address or a socket's peer,
+// unmapped and without zone; ok is false for any other kind of address.
+func addrIP(a net.Addr) (netip.Addr, bool) {
+	var ip net.IP
+	switch v := a.(type) {
+	case *net.IPNet:
+		ip = v.IP
+	case *net.IPAddr:
+		ip = v.IP
+	case *net.UDPAddr:
+		ip = v.IP
+	case *net.TCPAddr:
+		ip = v.IP
+	default:
+		return netip.Addr{}, false
+	}
+	addr, ok := netip.AddrFromSlice(ip)
+	return addr.Unmap(), ok
 }

@@ -201,3 +201,32 @@ func TestLocalAddrsOfThisHost(t *testing.T) {
 		t.Error("2001:db8:66::1 local")
 	}
 }
+
+// FuzzLocalAddrs: for any address, Local is true exactly for loopback and
+// the interfaces' addresses (unmapped, without zone), never for the
+// unspecified or a multicast address.
+func FuzzLocalAddrs(f *testing.F) {
+	ifaddrs := []net.Addr{
+		&net.IPNet{IP: net.ParseIP("10.0.0.2"), Mask: net.CIDRMask(24, 32)},
+		&net.IPNet{IP: net.ParseIP("fd00::2"), Mask: net.CIDRMask(64, 128)},
+	}
+	for _, s := range []string{"10.0.0.2", "::ffff:10.0.0.2", "fd00::2", "127.0.0.9", "::1", "::", "ff02::1", "10.0.0.3"} {
+		f.Add(netip.MustParseAddr(s).AsSlice(), "")
+	}
+	f.Add(netip.MustParseAddr("fd00::2").AsSlice(), "eth0")
+	f.Fuzz(func(t *testing.T, b []byte, zone string) {
+		a, ok := netip.AddrFromSlice(b)
+		if !ok {
+			return
+		}
+		if a.Is6() && zone != "" {
+			a = a.WithZone(zone)
+		}
+		l := NewLocalAddrs(func() ([]net.Addr, error) { return ifaddrs, nil }, newFakeClock().Now)
+		u := a.Unmap().WithZone("")
+		want := u.IsLoopback() || u == netip.MustParseAddr("10.0.0.2") || u == netip.MustParseAddr("fd00::2")
+		if got := l.Local(a); got != want {
+			t.Fatalf("Local(%s) = %v, want %v", a, got, want)
+		}
+	})
+}

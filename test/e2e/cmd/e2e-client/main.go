@@ -310,10 +310,16 @@ func doTCP(o opts) wire.Result {
 		fail(&r, errors.New("tcp needs exactly one -addr"))
 		return r
 	}
+	d := net.Dialer{Timeout: o.connectTimeout}
 	if o.src != "" {
-		return spoofedTCP(o)
+		src, err := netip.ParseAddr(o.src)
+		if err != nil {
+			fail(&r, err)
+			return r
+		}
+		d.LocalAddr, d.Control = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), freebind(src.Is6())
 	}
-	c, err := net.DialTimeout("tcp", o.addrs[0], o.connectTimeout)
+	c, err := d.Dial("tcp", o.addrs[0])
 	if err != nil {
 		fail(&r, err)
 		return r

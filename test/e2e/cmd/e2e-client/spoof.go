@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -21,7 +20,8 @@ import (
 // not be the host's (IP(V6)_FREEBIND, no capability): what an app does to
 // make a responder answer somebody else. They send and do not wait for an
 // answer (it goes to -src); Connected reports that the kernel accepted the
-// send (tcp: that a connection was established, which it must not be).
+// send (tcp, in doTCP: that a connection was established, which it must not
+// be).
 
 // spoofedDNS sends one query for -name of -qtype to -addr from -src over
 // UDP, or over TCP with -tcp (the SYN only: no handshake can complete).
@@ -33,7 +33,7 @@ func spoofedDNS(o opts) wire.Result {
 		return r
 	}
 	if o.overTCP {
-		return spoofedTCP(o)
+		return doTCP(o)
 	}
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(o.name), qt)
@@ -44,26 +44,6 @@ func spoofedDNS(o opts) wire.Result {
 	}
 	o.payload = string(packed)
 	return doUDP(o)
-}
-
-// spoofedTCP attempts a connection to -addr from -src.
-func spoofedTCP(o opts) wire.Result {
-	r := wire.Result{UID: os.Getuid()}
-	src, err := netip.ParseAddr(o.src)
-	if err != nil {
-		fail(&r, err)
-		return r
-	}
-	d := net.Dialer{Timeout: o.connectTimeout, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Control: freebind(src.Is6())}
-	c, err := d.Dial("tcp", o.addrs[0])
-	if err != nil {
-		fail(&r, err)
-		return r
-	}
-	r.Connected = true
-	r.Local = c.LocalAddr().String()
-	_ = c.Close()
-	return r
 }
 
 // spoofedPing sends one echo request with -payload to -addr from -src, on
