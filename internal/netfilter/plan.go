@@ -303,9 +303,9 @@ func dnsGuardRules(s Settings) []Rule {
 	}
 }
 
-// sourceRules open the filter chain: every packet whose source address is
-// not an address of the Pod is dropped, whatever its UID, protocol or
-// interface, before any rule can return it. Every responder in the Pod
+// sourceRules open the filter chain: every packet of a socket whose source
+// address is not an address of the Pod is dropped, whatever its UID,
+// protocol or interface (lo included), before any rule can return it. Every responder in the Pod
 // answers the source of what it received (the DNS guard, BotBox's proxy
 // and health listeners, the kernel's ICMP errors, echo replies and resets,
 // REJECT), and an unprivileged socket may send IPv6 from any source
