@@ -882,9 +882,13 @@ func (c *Config) RequiredSecretRefs() []string {
 }
 
 // ApplyEnv applies the environment overrides: BOTBOX_LOG_LEVEL (debug,
-// info, warn or error) replaces log_level. An empty variable changes
+// info, warn or error) replaces log_level; BOTBOX_DNS_GUARD_PORT serves the
+// DNS guard on that port (applyDNSGuardPort). An empty variable changes
 // nothing; any other value is an error, never a silent default.
 func ApplyEnv(c *Config, getenv func(string) string) error {
+	if err := applyDNSGuardPort(c, getenv); err != nil {
+		return err
+	}
 	if v := getenv("BOTBOX_LOG_LEVEL"); v != "" {
 		l, err := parseLevel(v)
 		if err != nil {
@@ -967,18 +971,8 @@ func (c *checker) dnsGuard(w *wireDNSGuard, cfg *Config) DNSGuard {
 	g.Enabled = boolean(w.Enabled, false)
 	g.ListenPort = c.port(base+".listen_port", w.ListenPort, defaultDNSGuardListenPort)
 	if g.Enabled && portOK(w.ListenPort) {
-		for _, other := range []struct {
-			key  string
-			port uint16
-			on   bool
-		}{
-			{"listen_port", cfg.ListenPort, true},
-			{"metrics_port", cfg.MetricsPort, true},
-			{"https_interception.listen_port", cfg.Interception.ListenPort, cfg.Interception.Enabled},
-		} {
-			if other.on && other.port == g.ListenPort {
-				c.errorf(base+".listen_port", "dns_guard.listen_port %d collides with %s %d (the guard also listens on TCP)", g.ListenPort, other.key, other.port)
-			}
+		if key, taken := dnsGuardPortTaken(cfg, g.ListenPort); taken {
+			c.errorf(base+".listen_port", "dns_guard.listen_port %d collides with %s %d (the guard also listens on TCP)", g.ListenPort, key, g.ListenPort)
 		}
 	}
 	g.MaxTTL = c.seconds(base+".max_ttl_seconds", w.MaxTTLSeconds, defaultDNSGuardMaxTTLSeconds, 0, dnsGuardMaxTTLSecondsLimit)

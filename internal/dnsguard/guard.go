@@ -90,6 +90,10 @@ type Options struct {
 	NameInspector NameInspector
 	// Metrics counts answers (required).
 	Metrics *telemetry.DNSMetrics
+	// Peers decides which query sources are answered (default: a
+	// LocalAddrs on net.InterfaceAddrs). A query from any other source is
+	// dropped without an answer, counted and logged.
+	Peers Peers
 	// Logger receives the decision lines (required).
 	Logger *slog.Logger
 	// Now is the clock of the cache and of the log rate limit (default
@@ -143,6 +147,9 @@ func New(opts Options) (*Guard, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Peers == nil {
+		opts.Peers = NewLocalAddrs(nil, nil)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Guard{
 		opts:    opts,
@@ -159,12 +166,24 @@ func New(opts Options) (*Guard, error) {
 	}, nil
 }
 
-// ServeDNS answers one query (the dns.Handler of Serve's servers).
+// ServeDNS answers one query (the dns.Handler of Serve's servers). A query
+// whose source is not an address of the Pod (Options.Peers) gets no answer
+// at all: the answer would go to that address, carrying the query's name,
+// from the Pod's own address (issue 18 §1); a TCP connection from it is
+// closed. TestForeignPeerGetsNoAnswer holds this.
 func (g *Guard) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	_, udp := w.LocalAddr().(*net.UDPAddr)
 	transport := "tcp"
 	if udp {
 		transport = "udp"
+	}
+	if peer, ok := addrIP(w.RemoteAddr()); !ok || !g.opts.Peers.Local(peer) {
+		g.opts.Metrics.ForeignPeer.Inc()
+		g.logForeignPeer(peer, transport)
+		if !udp {
+			_ = w.Close()
+		}
+		return
 	}
 	resp := g.answer(req, transport)
 	if resp == nil {
@@ -336,6 +355,24 @@ func (g *Guard) logDecision(name, qtype, transport, reason string) {
 		attrs = append(attrs, slog.String(telemetry.KeyHost, name))
 	}
 	g.log.LogAttrs(context.Background(), slog.LevelInfo, "dns decision", attrs...)
+}
+
+// logForeignPeer writes the line of a query dropped for its source,
+// subject to the log rate limit shared with the decision lines. The name
+// is not logged: it is whatever the sender wanted carried out.
+func (g *Guard) logForeignPeer(peer netip.Addr, transport string) {
+	ok, suppressed := g.limiter.allow()
+	if suppressed > 0 {
+		g.logSuppressed(suppressed)
+	}
+	if !ok {
+		return
+	}
+	g.log.LogAttrs(context.Background(), slog.LevelWarn, "dns query from a source outside the Pod dropped",
+		slog.String(telemetry.KeyDecision, telemetry.DecisionDeny),
+		slog.String(telemetry.KeyReason, telemetry.DNSReasonForeignPeer),
+		slog.String(telemetry.KeyTransport, transport),
+		slog.String(telemetry.KeyPeer, peer.String()))
 }
 
 func (g *Guard) logSuppressed(n int) {

@@ -203,6 +203,7 @@ type harnessOpts struct {
 	pending   int           // 0: maxPending
 	filter    AddrFilter
 	inspector NameInspector
+	peers     Peers // nil: the default (LocalAddrs)
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -223,6 +224,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		Timeout:       o.timeout,
 		AddrFilter:    o.filter,
 		NameInspector: o.inspector,
+		Peers:         o.peers,
 		Metrics:       h.metrics,
 		Logger:        telemetry.NewLogger(h.logs, nil),
 		Now:           h.clock.Now,

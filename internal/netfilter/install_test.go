@@ -72,6 +72,7 @@ Chain EGRESS_REDIRECT (1 references)
     0     0 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 8080
     0     0 -p tcp -m tcp --dport 443 -j REDIRECT --to-ports 8443
 Chain EGRESS_FILTER (1 references)
+    0     0 -m addrtype ! --src-type LOCAL -m owner --socket-exists -j DROP
     0     0 -p tcp -m tcp --sport 8080 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP
     0     0 -p tcp -m tcp --sport 8443 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP
     0     0 -p tcp -m tcp --sport 9090 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP
@@ -271,7 +272,7 @@ func TestInstallFailures(t *testing.T) {
 				k.seed(IPv4, TableNAT, "OUTPUT", "-j ACCEPT", "-p tcp -j EGRESS_REDIRECT")
 				k.seed(IPv4, TableNAT, "EGRESS_REDIRECT", "a", "b", "c")
 				k.seed(IPv4, TableFilter, "OUTPUT", "-j EGRESS_FILTER")
-				k.seed(IPv4, TableFilter, "EGRESS_FILTER", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+				k.seed(IPv4, TableFilter, "EGRESS_FILTER", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k")
 			},
 			wantErr: "verifying IPv4 rules: nat OUTPUT has 1 jumps to EGRESS_REDIRECT, want exactly one at position 1",
 		},

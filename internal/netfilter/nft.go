@@ -48,20 +48,29 @@ const (
 	verdictRejectPortUnreachable
 )
 
+// noUID is (uid_t)-1, which no process has (BOTBOX_UID stops below it):
+// "meta skuid != noUID" is true for every socket and breaks (no match)
+// without one, which is xt_owner's "--socket-exists".
+const noUID = ^uint32(0)
+
 // nftRule is one rule of Plan in typed form: every match is a conjunction,
 // so the order in which they are evaluated does not change the verdict.
 type nftRule struct {
-	outLo    bool         // -o lo
-	dst      netip.Prefix // -d PREFIX (invalid: none)
-	proto    int          // -p NAME (-1: none), an IP protocol number
-	sport    uint16       // --sport P (0: none)
-	dport    uint16       // --dport P (0: none)
-	synOnly  bool         // --tcp-flags SYN SYN
-	icmpType int          // --icmpv6-type T (-1: none)
-	srcLocal bool         // -m addrtype --src-type LOCAL
-	hasUID   bool         // -m owner [!] --uid-owner UID
-	uidNeg   bool
-	uid      uint32
+	outLo       bool         // -o lo
+	src         netip.Prefix // [!] -s PREFIX (invalid: none)
+	srcNeg      bool
+	dst         netip.Prefix // -d PREFIX (invalid: none)
+	proto       int          // -p NAME (-1: none), an IP protocol number
+	sport       uint16       // --sport P (0: none)
+	dport       uint16       // --dport P (0: none)
+	synOnly     bool         // --tcp-flags SYN SYN
+	icmpType    int          // --icmpv6-type T (-1: none)
+	srcLocal    bool         // -m addrtype [!] --src-type LOCAL
+	srcLocalNeg bool
+	hasSocket   bool // -m owner --socket-exists
+	hasUID      bool // -m owner [!] --uid-owner UID
+	uidNeg      bool
+	uid         uint32
 
 	verdict nftVerdictKind
 	chain   string // verdictJump: the target chain
@@ -73,9 +82,10 @@ var protocols = map[string]int{"tcp": unix.IPPROTO_TCP, "udp": unix.IPPROTO_UDP,
 
 // parseRule translates one Plan rule of family f. jumpable are the chains a
 // "-j NAME" may name. Every argument must be understood: an unknown option,
-// module, target or value, a negation of anything but the owner match, or a
-// combination the nftables backend cannot express with the same meaning is
-// an error naming the rule.
+// module, target or value, a negation of anything but the owner match, the
+// source address or the source address type, or a combination the
+// nftables backend cannot express with the same meaning is an error naming
+// the rule.
 func parseRule(r Rule, f Family, jumpable []string) (nftRule, error) {
 	out := nftRule{proto: -1, icmpType: -1}
 	bad := func(format string, a ...any) (nftRule, error) {
@@ -98,13 +108,17 @@ func parseRule(r Rule, f Family, jumpable []string) (nftRule, error) {
 		if !ok {
 			return bad("ends with '!'")
 		}
-		if neg && opt != "--uid-owner" {
+		if neg && opt != "--uid-owner" && opt != "-s" && opt != "--src-type" {
 			return bad("negated %s is not supported", opt)
 		}
 		if seen[opt] && opt != "-m" {
 			return bad("%s given twice", opt)
 		}
 		seen[opt] = true
+		if opt == "--socket-exists" {
+			out.hasSocket = true
+			continue
+		}
 		val, ok := arg(i + 1)
 		if !ok {
 			return bad("%s without a value", opt)
@@ -116,12 +130,16 @@ func parseRule(r Rule, f Family, jumpable []string) (nftRule, error) {
 			}
 			out.outLo = true
 			i++
-		case "-d":
+		case "-s", "-d":
 			p, err := netip.ParsePrefix(val)
-			if err != nil || p.Addr().Is4() != (f == IPv4) || p.Bits()%8 != 0 || p.Masked() != p {
-				return bad("destination %q is not a byte-aligned %s prefix", val, f)
+			if err != nil || p.Addr().Is4() != (f == IPv4) || p.Bits() == 0 || p.Bits()%8 != 0 || p.Masked() != p {
+				return bad("address %q is not a byte-aligned %s prefix of at least 8 bits", val, f)
 			}
-			out.dst = p
+			if opt == "-s" {
+				out.src, out.srcNeg = p, neg
+			} else {
+				out.dst = p
+			}
 			i++
 		case "-p":
 			n, known := protocols[val]
@@ -172,7 +190,7 @@ func parseRule(r Rule, f Family, jumpable []string) (nftRule, error) {
 			if val != "LOCAL" {
 				return bad("address type %q (only LOCAL)", val)
 			}
-			out.srcLocal = true
+			out.srcLocal, out.srcLocalNeg = true, neg
 			i++
 		case "-j":
 			rest := r[i+2:]
@@ -352,6 +370,13 @@ func (r nftRule) text(f Family) string {
 	if r.outLo {
 		parts = append(parts, `oifname "lo"`)
 	}
+	if r.src.IsValid() {
+		op := ""
+		if r.srcNeg {
+			op = "!= "
+		}
+		parts = append(parts, nftFamilyName(f)+" saddr "+op+prefixText(r.src))
+	}
 	if r.dst.IsValid() {
 		parts = append(parts, nftFamilyName(f)+" daddr "+prefixText(r.dst))
 	}
@@ -373,7 +398,14 @@ func (r nftRule) text(f Family) string {
 		parts = append(parts, "meta l4proto "+protoName(r.proto))
 	}
 	if r.srcLocal {
-		parts = append(parts, "fib saddr type local")
+		op := ""
+		if r.srcLocalNeg {
+			op = "!= "
+		}
+		parts = append(parts, "fib saddr type "+op+"local")
+	}
+	if r.hasSocket {
+		parts = append(parts, fmt.Sprintf("meta skuid != %d", uint32(noUID)))
 	}
 	if r.hasUID {
 		op := ""
@@ -421,15 +453,25 @@ func (r nftRule) exprs(f Family) []expr.Any {
 		copy(name, "lo")
 		e = append(e, &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}, cmp(name))
 	}
-	if r.dst.IsValid() {
-		off := uint32(16)
+	// addr loads the leading bytes of the source (off 12, IPv6 8) or
+	// destination address (16, IPv6 24) and compares them with p's.
+	addr := func(p netip.Prefix, off4, off6 uint32, neg bool) {
+		off := off4
 		if f == IPv6 {
-			off = 24
+			off = off6
 		}
-		n := uint32(r.dst.Bits() / 8)
-		e = append(e,
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
-			cmp(r.dst.Addr().AsSlice()[:n]))
+		n := uint32(p.Bits() / 8)
+		c := &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: p.Addr().AsSlice()[:n]}
+		if neg {
+			c.Op = expr.CmpOpNeq
+		}
+		e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n}, c)
+	}
+	if r.src.IsValid() {
+		addr(r.src, 12, 8, r.srcNeg)
+	}
+	if r.dst.IsValid() {
+		addr(r.dst, 16, 24, false)
 	}
 	if r.proto >= 0 {
 		e = append(e, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, cmp([]byte{byte(r.proto)}))
@@ -452,8 +494,15 @@ func (r nftRule) exprs(f Family) []expr.Any {
 		e = append(e, th(0, 1), cmp([]byte{byte(r.icmpType)}))
 	}
 	if r.srcLocal {
-		e = append(e, &expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true},
-			cmp(binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)))
+		c := &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)}
+		if r.srcLocalNeg {
+			c.Op = expr.CmpOpNeq
+		}
+		e = append(e, &expr.Fib{Register: 1, FlagSADDR: true, ResultADDRTYPE: true}, c)
+	}
+	if r.hasSocket {
+		e = append(e, &expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binary.NativeEndian.AppendUint32(nil, noUID)})
 	}
 	if r.hasUID {
 		op := expr.CmpOpEq

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
 
@@ -87,6 +88,14 @@ func TestNFTRejectsUnknownShapes(t *testing.T) {
 		{Rule{"-d", "10.0.0.0/12", "-j", "RETURN"}, IPv4, "byte-aligned"},
 		{Rule{"-d", "::1/128", "-j", "RETURN"}, IPv4, "byte-aligned IPv4"},
 		{Rule{"-d", "10.0.0.1/8", "-j", "RETURN"}, IPv4, "byte-aligned"},
+		{Rule{"-d", "0.0.0.0/0", "-j", "RETURN"}, IPv4, "at least 8 bits"},
+		{Rule{"!", "-s", "::/0", "-j", "DROP"}, IPv6, "at least 8 bits"},
+		{Rule{"-s", "10.0.0.0/12", "-j", "DROP"}, IPv4, "byte-aligned"},
+		{Rule{"!", "-s", "::/128", "-j", "DROP"}, IPv4, "byte-aligned IPv4"},
+		{Rule{"!", "-d", "::1/128", "-j", "DROP"}, IPv6, "negated -d"},
+		{Rule{"!", "-p", "udp", "-j", "DROP"}, IPv6, "negated -p"},
+		{Rule{"-s", "::/128", "-s", "::1/128", "-j", "DROP"}, IPv6, "-s given twice"},
+		{Rule{"-m", "addrtype", "!", "--src-type", "UNICAST", "-j", "DROP"}, IPv4, "address type"},
 		{Rule{"-m", "udp", "--dport", "53", "-j", "RETURN"}, IPv4, "ports without -p"},
 		{Rule{"-p", "tcp", "-j", "REDIRECT", "--to-ports", "8080-8081"}, IPv4, "redirect port"},
 		{Rule{"-j", "REDIRECT", "--to-ports", "8080"}, IPv4, "REDIRECT without -p"},
@@ -215,18 +224,20 @@ func packetSet(s Settings, f Family) []packet {
 		protos = []string{"tcp", "udp", "ipv6-icmp", "136", "132"}
 	}
 	ports := []uint16{s.ProxyPort, s.HTTPSInterceptionPort, s.MetricsPort, s.RedirectFromPort, 53, 443, 40000}
-	// Only the REJECT rules look at the source.
-	srcs := []bool{false}
-	if s.Reject {
-		srcs = append(srcs, true)
+	// The source: local, foreign, and for IPv6 the unspecified address.
+	type source struct{ foreign, unspecified bool }
+	srcs := []source{{}, {foreign: true}}
+	if f == IPv6 {
+		srcs = append(srcs, source{unspecified: true})
 	}
 	var out []packet
 	for _, d := range dsts {
 		for _, proto := range protos {
 			for _, uid := range []int{-1, 1000, int(s.UID)} {
 				for _, lo := range []bool{false, true} {
-					for _, foreign := range srcs {
-						base := packet{proto: proto, dst: netip.MustParseAddr(d), uid: uid, outLo: lo, foreignSrc: foreign}
+					for _, src := range srcs {
+						base := packet{proto: proto, dst: netip.MustParseAddr(d), uid: uid, outLo: lo,
+							foreignSrc: src.foreign, unspecifiedSrc: src.unspecified}
 						switch proto {
 						case "tcp", "udp":
 							// Each port as source and as destination
@@ -354,15 +365,16 @@ func nftMatches(t *testing.T, r nftRule, p packet) bool {
 	}
 	switch {
 	case r.outLo && !p.outLo,
+		r.src.IsValid() && r.src.Contains(p.srcAddr()) == r.srcNeg,
 		r.dst.IsValid() && !r.dst.Contains(p.dst),
 		r.proto >= 0 && r.proto != proto,
 		r.sport != 0 && r.sport != p.sport,
 		r.dport != 0 && r.dport != p.dport,
 		r.synOnly && !p.syn,
 		r.icmpType >= 0 && r.icmpType != p.icmpv6Type,
-		r.srcLocal && p.foreignSrc:
+		r.srcLocal && p.srcLocal() == r.srcLocalNeg:
 		return false
-	case r.hasUID && p.uid < 0:
+	case (r.hasUID || r.hasSocket) && p.uid < 0:
 		return false
 	case r.hasUID && (uint32(p.uid) == r.uid) == r.uidNeg:
 		return false
@@ -385,6 +397,16 @@ func TestNFTExprsFollowText(t *testing.T) {
 	if got, want := fmt.Sprintf("%d", len(r.exprs(IPv6))), "7"; got != want {
 		t.Errorf("%s expressions, want %s (payload+cmp, meta+cmp, payload+cmp, verdict)", got, want)
 	}
+	r, err = parseRule(sourceRules(IPv6)[0], IPv6, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.text(IPv6), "ip6 saddr != :: fib saddr type != local meta skuid != 4294967295 drop"; got != want {
+		t.Errorf("text %q, want %q", got, want)
+	}
+	if e := r.exprs(IPv6); len(e) != 7 || e[1].(*expr.Cmp).Op != expr.CmpOpNeq || e[3].(*expr.Cmp).Op != expr.CmpOpNeq || e[5].(*expr.Cmp).Op != expr.CmpOpNeq {
+		t.Errorf("source drop: %d expressions %v, want payload, cmp !=, fib, cmp !=, meta, cmp !=, verdict", len(e), e)
+	}
 	r, err = parseRule(Rule{"-p", "tcp", "-m", "tcp", "--dport", "80", "-j", "REDIRECT", "--to-ports", "8080"}, IPv4, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -399,8 +421,8 @@ func TestNFTExprsFollowText(t *testing.T) {
 
 // String makes a packet readable in failure messages.
 func (p packet) String() string {
-	return fmt.Sprintf("{%s dst=%v lo=%v uid=%d sport=%d dport=%d syn=%v icmpv6=%d foreign-src=%v}",
-		p.proto, p.dst, p.outLo, p.uid, p.sport, p.dport, p.syn, p.icmpv6Type, p.foreignSrc)
+	return fmt.Sprintf("{%s dst=%v lo=%v uid=%d sport=%d dport=%d syn=%v icmpv6=%d foreign-src=%v unspecified-src=%v}",
+		p.proto, p.dst, p.outLo, p.uid, p.sport, p.dport, p.syn, p.icmpv6Type, p.foreignSrc, p.unspecifiedSrc)
 }
 
 // FuzzParseRule: any argument list either fails to translate or becomes a
@@ -437,7 +459,7 @@ func FuzzParseRule(f *testing.F) {
 		}
 		text := r.text(fam)
 		for opt, word := range map[string]string{"-o": "oifname", "-d": "daddr", "--sport": "sport", "--dport": "dport",
-			"--tcp-flags": "tcp flags", "--icmpv6-type": "icmpv6 type", "--src-type": "fib saddr", "--uid-owner": "meta skuid"} {
+			"--tcp-flags": "tcp flags", "--icmpv6-type": "icmpv6 type", "--src-type": "fib saddr", "--uid-owner": "meta skuid", "-s": " saddr ", "--socket-exists": "meta skuid != 4294967295"} {
 			if slices.Contains(strings.Split(args, "\x00"), opt) && !strings.Contains(text, word) {
 				t.Fatalf("%q: %s lost in %q", args, opt, text)
 			}

@@ -148,8 +148,9 @@ func squatRules(s Settings) []Rule {
 // Plan builds the ruleset for s: the rules of reference §8.3 with the
 // filter chain made default-deny (a final DROP for every protocol instead
 // of the reference's TCP and UDP DROPs, ICMP returned explicitly unless
-// BOTBOX_DROP_ICMP=1, MLD limited to solicited-node reports), the
-// port-squat rules in front, the optional BOTBOX_DNS_SERVERS restriction,
+// BOTBOX_DROP_ICMP=1, MLD limited to solicited-node reports), the drop of
+// foreign source addresses first and the port-squat rules after it, the
+// optional BOTBOX_DNS_SERVERS restriction,
 // with BOTBOX_DNS_GUARD_PORT the port-53 redirect to the DNS guard instead
 // of any port-53 exemption, and with BOTBOX_REJECT=1 REJECT rules before
 // the final DROP. It is pure.
@@ -208,6 +209,7 @@ func planFamily(s Settings, f Family) []Chain {
 		Name:  s.FilterChain,
 		Jump:  Rule{"-j", s.FilterChain},
 	}
+	filter.Rules = append(filter.Rules, sourceRules(f)...)
 	filter.Rules = append(filter.Rules, squatRules(s)...)
 	filter.Rules = append(filter.Rules,
 		Rule{"-o", "lo", "-j", "RETURN"},
@@ -260,7 +262,10 @@ func planFamily(s Settings, f Family) []Chain {
 // an unprivileged socket may send IPv6 from a foreign source address
 // (IPV6_FREEBIND), and the ICMPv6 error, quoting up to 1232 bytes of the
 // app's packet, would go to that foreign address past the ICMP RETURN.
-// Such packets reach the final DROP, silently. A reset answering a reset
+// The chain's first rule (sourceRules) already drops such packets; the
+// match keeps the REJECT rules safe on their own. Packets from "::" (which
+// sourceRules lets through) are not local either and reach the final DROP
+// silently. A reset answering a reset
 // and an ICMP error answering an ICMP error are never sent by the kernel.
 // TestPlanReject and the e2e TestRejectFailsFast hold this.
 //
@@ -283,16 +288,60 @@ func finalDeny(s Settings, f Family) []Rule {
 	}
 }
 
-// dnsGuardRules redirect every UDP and TCP packet to port 53, from any
-// UID but BotBox's and to any address, to the DNS guard on loopback (the
-// REDIRECT target maps locally generated packets to 127.0.0.1 and ::1).
+// dnsGuardRules redirect every UDP and TCP packet to port 53 whose source
+// is an address of the Pod, from any UID but BotBox's and to any address,
+// to the DNS guard on loopback (the REDIRECT target maps locally generated
+// packets to 127.0.0.1 and ::1). A packet from a foreign source is not
+// redirected, so the guard never sees it, and the filter chain's first rule
+// drops it (sourceRules).
 func dnsGuardRules(s Settings) []Rule {
 	uid := strconv.FormatUint(uint64(s.UID), 10)
 	to := strconv.Itoa(int(s.DNSGuardPort))
 	return []Rule{
-		{"-p", "udp", "-m", "owner", "!", "--uid-owner", uid, "-m", "udp", "--dport", "53", "-j", "REDIRECT", "--to-ports", to},
-		{"-p", "tcp", "-m", "owner", "!", "--uid-owner", uid, "-m", "tcp", "--dport", "53", "-j", "REDIRECT", "--to-ports", to},
+		{"-p", "udp", "-m", "addrtype", "--src-type", "LOCAL", "-m", "owner", "!", "--uid-owner", uid, "-m", "udp", "--dport", "53", "-j", "REDIRECT", "--to-ports", to},
+		{"-p", "tcp", "-m", "addrtype", "--src-type", "LOCAL", "-m", "owner", "!", "--uid-owner", uid, "-m", "tcp", "--dport", "53", "-j", "REDIRECT", "--to-ports", to},
 	}
+}
+
+// sourceRules open the filter chain: every packet of a socket whose source
+// address is not an address of the Pod is dropped, whatever its UID,
+// protocol or interface (lo included), before any rule can return it. Every responder in the Pod
+// answers the source of what it received (the DNS guard, BotBox's proxy
+// and health listeners, the kernel's ICMP errors, echo replies and resets,
+// REJECT), and an unprivileged socket may send IPv6 from any source
+// address (IPV6_FREEBIND): without this rule the app makes any of them send
+// its data, from the Pod's own address, to an address of its choice. The
+// app's packet is dropped in OUTPUT, before conntrack confirms its entry,
+// so no answer can be sent through one (the exemption of BotBox's UID
+// never applies: BotBox never receives the query).
+//
+// Only packets of a socket are dropped: every packet a process sends has
+// one, while the resets of "REJECT --reject-with tcp-reset" have none and
+// carry the rejected packet's destination, a foreign address, as their
+// source (to the app's own address, through lo); they must pass. A packet
+// without a socket is the kernel's reaction to a packet it received, and
+// what the app sends can no longer be received from a foreign source.
+//
+// IPv6 exempts the unspecified source "::", which the kernel uses for
+// duplicate address detection (neighbour solicitations, RFC 4862 §5.4.2),
+// MLD reports sent before a link-local address exists (RFC 3590) and
+// router solicitations: such packets go on through the rest of the chain
+// like any other (the MLD and ICMP rules, the final DROP). Only the kernel
+// or a raw socket (CAP_NET_RAW, a complete bypass anyway, README.md) can
+// send from "::", and nothing can be addressed back to it, so it makes no
+// responder answer anyone. IPv4 needs no exemption: an unprivileged socket
+// cannot send from a foreign IPv4 source (the route lookup refuses it), and
+// a Pod sends nothing from 0.0.0.0 (DHCP and IGMP without an address are
+// not used; IGMP is dropped anyway).
+//
+// TestPlanSourceFirst, TestPlanForeignSourceDropped and the e2e
+// TestSpoofedSourcesGetNoAnswer and TestDADFromUnspecifiedSource hold this.
+func sourceRules(f Family) []Rule {
+	r := Rule{"-m", "addrtype", "!", "--src-type", "LOCAL", "-m", "owner", "--socket-exists", "-j", "DROP"}
+	if f == IPv6 {
+		r = append(Rule{"!", "-s", "::/128"}, r...)
+	}
+	return []Rule{r}
 }
 
 // dnsRules exempts port 53: to any destination (reference), or only to the

@@ -247,7 +247,8 @@ type referenceRule struct {
 //
 // BotBox's filter chain is the reference's, minus its "-p tcp -j DROP" and
 // "-p udp -j DROP" (replaced: the final "-j DROP" drops those packets and
-// every other protocol), plus the port-squat DROPs in front, an explicit ICMP
+// every other protocol), plus the drop of foreign sources and the port-squat
+// DROPs in front, an explicit ICMP
 // RETURN (the reference's chain let ICMP fall through to OUTPUT's ACCEPT),
 // the MLD rules for IPv6, and the final DROP.
 func referenceRules(family Family, interception bool, existingJumps int) []referenceRule {
@@ -278,6 +279,11 @@ func referenceRules(family Family, interception bool, existingJumps int) []refer
 	filter("-F EGRESS_FILTER")
 	for range existingJumps {
 		filter("-D OUTPUT -j EGRESS_FILTER")
+	}
+	if family == IPv4 {
+		added("-A EGRESS_FILTER -m addrtype ! --src-type LOCAL -m owner --socket-exists -j DROP")
+	} else {
+		added("-A EGRESS_FILTER ! -s ::/128 -m addrtype ! --src-type LOCAL -m owner --socket-exists -j DROP")
 	}
 	added("-A EGRESS_FILTER -p tcp --sport 8080 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP")
 	added("-A EGRESS_FILTER -p tcp --sport 8443 --tcp-flags SYN SYN -m owner ! --uid-owner 1337 -j DROP")

@@ -25,7 +25,27 @@ type packet struct {
 	// socket with IPV6_FREEBIND, or a raw socket); the zero value is the
 	// normal, local source.
 	foreignSrc bool
+	// unspecifiedSrc: the source is the unspecified address (the kernel's
+	// DAD probes and early MLD reports); not a local address either.
+	unspecifiedSrc bool
 }
+
+// srcAddr is the source address as far as a "-s" match can tell: the
+// unspecified address, or an invalid one that no prefix contains (some
+// address, local or foreign, that no rule names).
+func (p packet) srcAddr() netip.Addr {
+	switch {
+	case !p.unspecifiedSrc:
+		return netip.Addr{}
+	case p.dst.Is4():
+		return netip.IPv4Unspecified()
+	default:
+		return netip.IPv6Unspecified()
+	}
+}
+
+// srcLocal is what "-m addrtype --src-type LOCAL" sees.
+func (p packet) srcLocal() bool { return !p.foreignSrc && !p.unspecifiedSrc }
 
 // verdict evaluates the filter chain of family f in rs for p, the way the
 // kernel walks it: the first matching rule decides; falling off the end
@@ -64,6 +84,9 @@ func matches(t *testing.T, r Rule, p packet) bool {
 		case "-o":
 			i++
 			m = (r[i] == "lo") == p.outLo
+		case "-s":
+			i++
+			m = netip.MustParsePrefix(r[i]).Contains(p.srcAddr())
 		case "-d":
 			i++
 			m = netip.MustParsePrefix(r[i]).Contains(p.dst)
@@ -73,6 +96,8 @@ func matches(t *testing.T, r Rule, p packet) bool {
 		case "-m":
 			i++
 			continue
+		case "--socket-exists":
+			m = p.uid >= 0
 		case "--uid-owner":
 			i++
 			// Without a socket, xt_owner's owner match is false and its
@@ -98,7 +123,7 @@ func matches(t *testing.T, r Rule, p packet) bool {
 			if r[i] != "LOCAL" {
 				t.Fatalf("unmodelled address type in %q", r)
 			}
-			m = !p.foreignSrc
+			m = p.srcLocal()
 		case "-j":
 			return ok
 		default:
@@ -427,6 +452,137 @@ func TestPlanDNSGuard(t *testing.T) {
 				http := packet{proto: "tcp", dst: netip.MustParseAddr(dsts[1]), uid: 1000, sport: 40000, dport: s.RedirectFromPort}
 				if got, want := natVerdict(t, rs, f, http), "REDIRECT --to-ports "+strconv.Itoa(int(s.ProxyPort)); got != want {
 					t.Errorf("%v: app HTTP: nat %q, want %q", f, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestPlanSourceFirst: in every environment and family the filter chain
+// starts with the drop of foreign sources, before any RETURN, REDIRECT or
+// REJECT can let a packet go, and every nat rule that redirects port 53
+// matches local sources only (issue 18 §1: the DNS guard answered queries
+// from spoofed IPv6 sources).
+func TestPlanSourceFirst(t *testing.T) {
+	for _, tc := range envCombinations() {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := Plan(mustParseEnv(t, tc.env))
+			for _, f := range rs.Families() {
+				want := Rule{"-m", "addrtype", "!", "--src-type", "LOCAL", "-m", "owner", "--socket-exists", "-j", "DROP"}
+				if f == IPv6 {
+					want = append(Rule{"!", "-s", "::/128"}, want...)
+				}
+				for _, c := range rs.Chains(f) {
+					if c.Table == TableFilter {
+						if len(c.Rules) == 0 || !slices.Equal(c.Rules[0], want) {
+							t.Errorf("%v: filter chain starts with %q, want %q", f, c.Rules[0], want)
+						}
+						if n := slices.IndexFunc(c.Rules[1:], func(r Rule) bool { return slices.Equal(r, want) }); n >= 0 {
+							t.Errorf("%v: the source drop appears twice", f)
+						}
+						continue
+					}
+					for _, r := range c.Rules {
+						if !slices.Contains(r, "REDIRECT") || !slices.Contains(r, "53") {
+							continue
+						}
+						i := slices.Index(r, "--src-type")
+						if i < 1 || r[i-1] == "!" || r[i+1] != "LOCAL" {
+							t.Errorf("%v: DNS redirect %q does not match local sources only", f, r)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPlanForeignSourceDropped: whatever its UID (the app, root, BotBox's),
+// protocol, destination and interface, a packet of a socket from a foreign
+// source is dropped by the filter chain and never redirected to the DNS
+// guard; REJECT's reset, which has no socket and a foreign source, still
+// reaches the app. A packet from the unspecified IPv6 source (only the kernel and raw
+// sockets send one, and nothing can answer it) walks the rest of the chain
+// as one from a local source would, so the kernel's DAD probe and
+// solicited-node MLD report pass and other MLD is dropped, except that
+// REJECT never answers it and port 53 is never redirected.
+func TestPlanForeignSourceDropped(t *testing.T) {
+	for _, tc := range envCombinations() {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustParseEnv(t, tc.env)
+			rs := Plan(s)
+			for _, f := range rs.Families() {
+				dsts := []string{"192.0.2.7", "10.96.0.10", "127.0.0.1"}
+				proto := []string{"tcp", "udp", "icmp", "136"}
+				if f == IPv6 {
+					dsts = []string{"2001:db8::7", "fd00:10::a", "::1", "ff02::1:ff12:3456"}
+					proto = []string{"tcp", "udp", "ipv6-icmp", "136"}
+				}
+				for _, d := range dsts {
+					dst := netip.MustParseAddr(d)
+					for _, pr := range proto {
+						for _, uid := range []int{1000, 0, int(s.UID)} {
+							for _, port := range []uint16{53, s.ProxyPort, s.RedirectFromPort, 443, 9999} {
+								p := packet{proto: pr, dst: dst, uid: uid, outLo: dst.IsLoopback(), sport: 40000, dport: port,
+									syn: pr == "tcp", icmpv6Type: 128, foreignSrc: true}
+								if got := verdict(t, rs, f, p); got != "DROP" {
+									t.Errorf("%v: %v: filter %s, want DROP", f, p, got)
+								}
+								if got := natVerdict(t, rs, f, p); port == 53 && got != "" {
+									t.Errorf("%v: %v: nat %q, want no redirect", f, p, got)
+								}
+							}
+						}
+					}
+				}
+				// REJECT's reset has no socket and the rejected packet's
+				// destination as its source; it goes to the app's address.
+				reset := packet{proto: "tcp", dst: netip.MustParseAddr("10.0.0.2"), uid: -1, outLo: true, sport: 443, dport: 40000, foreignSrc: true}
+				if f == IPv6 {
+					reset.dst = netip.MustParseAddr("fd00::2")
+				}
+				if got := verdict(t, rs, f, reset); got != "RETURN" {
+					t.Errorf("%v: REJECT's reset to the app: %s, want RETURN", f, got)
+				}
+				if f != IPv6 {
+					continue
+				}
+				for _, tt := range []struct {
+					what string
+					p    packet
+				}{
+					{"DAD neighbour solicitation", packet{proto: "ipv6-icmp", dst: netip.MustParseAddr("ff02::1:ff12:3456"), uid: -1, icmpv6Type: 135}},
+					{"router solicitation", packet{proto: "ipv6-icmp", dst: netip.MustParseAddr("ff02::2"), uid: -1, icmpv6Type: 133}},
+					{"MLDv1 solicited-node report", packet{proto: "ipv6-icmp", dst: netip.MustParseAddr("ff02::1:ff12:3456"), uid: -1, icmpv6Type: 131}},
+					{"MLDv1 report for another group", packet{proto: "ipv6-icmp", dst: netip.MustParseAddr("ff05::5345:4352:4554"), uid: -1, icmpv6Type: 131}},
+					{"MLDv2 report", packet{proto: "ipv6-icmp", dst: netip.MustParseAddr("ff02::16"), uid: -1, icmpv6Type: 143}},
+					{"echo request", packet{proto: "ipv6-icmp", dst: netip.MustParseAddr("2001:db8::7"), uid: 1000, icmpv6Type: 128}},
+					{"UDP", packet{proto: "udp", dst: netip.MustParseAddr("2001:db8::7"), uid: 1000, dport: 9999}},
+					{"UDP to port 53", packet{proto: "udp", dst: netip.MustParseAddr("2001:db8::7"), uid: 1000, dport: 53}},
+					{"TCP SYN", packet{proto: "tcp", dst: netip.MustParseAddr("2001:db8::7"), uid: 1000, dport: 443, syn: true}},
+				} {
+					unspec := tt.p
+					unspec.unspecifiedSrc = true
+					want := verdict(t, rs, f, tt.p)
+					if strings.HasPrefix(want, "REJECT") {
+						want = "DROP"
+					}
+					switch tt.what {
+					case "DAD neighbour solicitation", "router solicitation", "MLDv1 solicited-node report":
+						if want != "RETURN" {
+							t.Errorf("%s: %s from a local source, want RETURN", tt.what, want)
+						}
+					case "MLDv1 report for another group", "MLDv2 report":
+						if want != "DROP" {
+							t.Errorf("%s: %s from a local source, want DROP", tt.what, want)
+						}
+					}
+					if got := verdict(t, rs, f, unspec); got != want {
+						t.Errorf("%s from ::: %s, want %s", tt.what, got, want)
+					}
+					if got := natVerdict(t, rs, f, unspec); tt.p.dport == 53 && got != "" {
+						t.Errorf("%s from ::: nat %q, want no redirect", tt.what, got)
+					}
 				}
 			}
 		})

@@ -34,6 +34,9 @@ const (
 	// DNSReasonReport: report mode forwarded a name enforce mode would
 	// have refused.
 	DNSReasonReport = "report_deny"
+	// DNSReasonForeignPeer: the query's source is not an address of the
+	// Pod; it was dropped without an answer.
+	DNSReasonForeignPeer = "foreign_peer"
 )
 
 // Log keys of the DNS guard's lines.
@@ -53,6 +56,12 @@ type DNSMetrics struct {
 	// Forwarded, Denied and Error are the three children of Queries,
 	// resolved once so that counting costs an atomic add.
 	Forwarded, Denied, Error prometheus.Counter
+	// ForeignPeer is botbox_dns_foreign_peer_queries_total: queries the
+	// guard dropped unanswered because their source is not an address of
+	// the Pod (a spoofed source: answering it would send the query's bytes
+	// out of the Pod). The init rules drop such packets first; a non-zero
+	// value means they are missing or incomplete.
+	ForeignPeer prometheus.Counter
 }
 
 // NewDNSMetrics registers the DNS guard's metrics on reg.
@@ -62,10 +71,16 @@ func NewDNSMetrics(reg prometheus.Registerer) *DNSMetrics {
 		Help: "DNS queries answered by the DNS guard, by result (denied: answered locally, never sent upstream)",
 	}, []string{"result"})
 	reg.MustRegister(v)
+	foreign := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "botbox_dns_foreign_peer_queries_total",
+		Help: "DNS queries the DNS guard dropped unanswered because their source is not an address of the Pod",
+	})
+	reg.MustRegister(foreign)
 	return &DNSMetrics{
-		Queries:   v,
-		Forwarded: v.WithLabelValues(DNSForwarded),
-		Denied:    v.WithLabelValues(DNSDenied),
-		Error:     v.WithLabelValues(DNSError),
+		ForeignPeer: foreign,
+		Queries:     v,
+		Forwarded:   v.WithLabelValues(DNSForwarded),
+		Denied:      v.WithLabelValues(DNSDenied),
+		Error:       v.WithLabelValues(DNSError),
 	}
 }

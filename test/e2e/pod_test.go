@@ -110,6 +110,9 @@ type podConfig struct {
 	// icmp6 makes the origin record ICMPv6 destination-unreachable and
 	// echo-request messages (e2e-origin -icmp6).
 	icmp6 bool
+	// capture are addresses whose every packet arriving in the net
+	// namespace the origin records (e2e-origin -capture, wire.KindWire).
+	capture []netip.Addr
 	// addressGuard is BotBox's address_guard block. Empty: the suite's
 	// opt-in, allowed_cidrs naming the two subnets of the net namespace
 	// (its origins are at private and ULA addresses, which the guard
@@ -363,6 +366,9 @@ func (p *pod) startOrigin(t *testing.T) {
 	}
 	if p.cfg.icmp6 {
 		argv = append(argv, "-icmp6")
+	}
+	for _, a := range p.cfg.capture {
+		argv = append(argv, "-capture", a.String())
 	}
 	if p.cfg.dnsServer {
 		argv = append(argv, "-dns", "-dns-answer", hostAPI+"="+p.netIP4.String(), "-dns-answer", hostAPI+"="+p.netIP6.String())

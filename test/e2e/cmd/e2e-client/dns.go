@@ -18,6 +18,9 @@ func doDNS(o opts) wire.Result {
 		r.Error, r.ErrorKind = fmt.Sprintf("dns needs one -addr, -name and a known -qtype (got %q)", o.qtype), wire.ErrOther
 		return r
 	}
+	if o.src != "" {
+		return spoofedDNS(o)
+	}
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(o.name), qt)
 	c := dns.Client{Net: "udp", Timeout: o.timeout}

@@ -105,7 +105,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.data, "data", "", "request body (raw: the bytes to send)")
 	fs.Var(&o.addrs, "addr", "HOST:PORT (repeatable for wait)")
 	fs.StringVar(&o.payload, "payload", "e2e", "UDP payload")
-	fs.StringVar(&o.src, "src", "", "udp: source address, bound with IP(V6)_FREEBIND")
+	fs.StringVar(&o.src, "src", "", "udp, tcp, dns, ping: source address, bound with IP(V6)_FREEBIND")
 	fs.BoolVar(&o.useTLS, "tls", false, "raw: speak TLS")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 1500*time.Millisecond, "TCP connect timeout")
 	fs.DurationVar(&o.timeout, "timeout", 8*time.Second, "overall timeout")
@@ -320,7 +320,16 @@ func doTCP(o opts) wire.Result {
 		fail(&r, errors.New("tcp needs exactly one -addr"))
 		return r
 	}
-	c, err := net.DialTimeout("tcp", o.addrs[0], o.connectTimeout)
+	d := net.Dialer{Timeout: o.connectTimeout}
+	if o.src != "" {
+		src, err := netip.ParseAddr(o.src)
+		if err != nil {
+			fail(&r, err)
+			return r
+		}
+		d.LocalAddr, d.Control = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), freebind(src.Is6())
+	}
+	c, err := d.Dial("tcp", o.addrs[0])
 	if err != nil {
 		fail(&r, err)
 		return r
@@ -570,6 +579,9 @@ func doPing(o opts) wire.Result {
 	if len(o.addrs) != 1 {
 		fail(&r, errors.New("ping needs exactly one -addr"))
 		return r
+	}
+	if o.src != "" {
+		return spoofedPing(o)
 	}
 	dst, err := netip.ParseAddr(o.addrs[0])
 	if err != nil {

@@ -107,6 +107,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.Var(&mldGroups, "mld-group", "IPv6 multicast group whose MLD reports are recorded (repeatable)")
 	icmp6 := fs.Bool("icmp6", false, "record ICMPv6 destination-unreachable and echo-request messages")
 	dnsOn := fs.Bool("dns", false, "serve DNS on port 53 (UDP and TCP), recording every query")
+	var capture listFlag
+	fs.Var(&capture, "capture", "record every packet arriving from or to this address (repeatable)")
 	var dnsAnswer listFlag
 	fs.Var(&dnsAnswer, "dns-answer", "name=ip the DNS server answers (repeatable; other names: NXDOMAIN)")
 	certFile := fs.String("cert", "", "PEM certificate chain for HTTPS")
@@ -151,6 +153,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if *dnsOn {
 		if err := o.startDNS(addrs, answers); err != nil {
+			logger.Print(err)
+			o.close()
+			return 1
+		}
+	}
+	if len(capture) > 0 {
+		var watch []netip.Addr
+		for _, c := range capture {
+			a, err := netip.ParseAddr(c)
+			if err != nil {
+				logger.Printf("bad -capture %q: %v", c, err)
+				o.close()
+				return 2
+			}
+			watch = append(watch, a)
+		}
+		if err := o.startCapture(watch); err != nil {
 			logger.Print(err)
 			o.close()
 			return 1

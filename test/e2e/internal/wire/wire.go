@@ -34,6 +34,13 @@ const (
 	// KindWS is a read of bytes an agent sent through a WebSocket tunnel
 	// (an upgrade of a path under /ws/): Payload is the number of bytes.
 	KindWS = "ws"
+	// KindWire is a packet the origin's capture (-capture ADDR) saw arrive
+	// in the net namespace with ADDR as its source or destination, whether
+	// or not anything listens there: Local is its destination, Remote its
+	// source (ports 0 when the protocol has none), Payload a summary: "udp
+	// <payload>", "tcp flags=0x12", "icmp <type>", "icmpv6 <type> <data>"
+	// or "proto <n>".
+	KindWire = "wire"
 )
 
 // Event is one thing the origin saw. Events are numbered from 1 in the order
