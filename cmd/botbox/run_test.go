@@ -258,3 +258,15 @@ func TestNetfilterPrintDefaults(t *testing.T) {
 		t.Errorf("empty IPv6 variable: %d %q", code, errOut)
 	}
 }
+
+// TestAdmissionCommandsMoved: `botbox inject` and `botbox webhook` exit 2
+// and name the binary that has them, whatever flags follow.
+func TestAdmissionCommandsMoved(t *testing.T) {
+	for _, args := range [][]string{{"inject", "-f", "x.yaml"}, {"webhook", "--tls-cert", "c", "--tls-key", "k"}, {"inject"}} {
+		code, out, errb := runArgs(t, nil, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errb, "botbox "+args[0]+": moved to the botbox-admission binary") ||
+			!strings.Contains(errb, "botbox-admission "+args[0]) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errb)
+		}
+	}
+}
