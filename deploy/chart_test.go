@@ -424,7 +424,7 @@ func checkWebhookHardening(r *chartRender) error {
 	return errors.Join(errs...)
 }
 
-// webhookFlags are the options of `botbox webhook`; value flags take the
+// webhookFlags are the options of `botbox-admission webhook`; value flags take the
 // next argument.
 var webhookFlags = map[string]bool{
 	"--listen": true, "--tls-cert": true, "--tls-key": true, "--config-map": true, "--secret": true, "--image": true,
@@ -432,8 +432,8 @@ var webhookFlags = map[string]bool{
 }
 
 func parseWebhookArgs(c *corev1.Container) (map[string]string, error) {
-	if len(c.Command) != 0 || len(c.Args) == 0 || c.Args[0] != "webhook" {
-		return nil, fmt.Errorf("args %q: want the image's entrypoint with `webhook ...`", c.Args)
+	if !slices.Equal(c.Command, []string{"/botbox-admission"}) || len(c.Args) == 0 || c.Args[0] != "webhook" {
+		return nil, fmt.Errorf("command %q args %q: want [/botbox-admission] with `webhook ...`", c.Command, c.Args)
 	}
 	flags := map[string]string{}
 	for i := 1; i < len(c.Args); i++ {

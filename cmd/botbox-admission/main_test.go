@@ -32,6 +32,8 @@ func TestDispatch(t *testing.T) {
 		{[]string{"nope"}, exitUsage, "", `botbox-admission: unknown command "nope"`},
 		{[]string{"help"}, exitOK, "botbox-admission webhook --tls-cert F", ""},
 		{[]string{"version"}, exitOK, "botbox-admission ", ""},
+		{[]string{"inject", "-h"}, exitOK, "", "`botbox-admission help` lists every command."},
+		{[]string{"inject", "-f", "/nonexistent.yaml"}, exitError, "", "botbox-admission inject: open /nonexistent.yaml"},
 	} {
 		code, out, errb := runArgs(t, nil, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.inStdout) || !strings.Contains(errb, tc.inStderr) {
