@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
+	"github.com/botbox/botbox/internal/admin"
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/server"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -17,7 +19,7 @@ import (
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("botbox run", stderr)
 	path := configFlag(fs)
-	probeKeyFile := fs.String("probe-key-file", probeKeyFileDefault(getenv), "where to write the per-start key `botbox probe` checks; readable only in this container (env "+envProbeKeyFile+")")
+	probeKeyFile := fs.String("probe-key-file", getenv(envProbeKeyFile), "`FILE` where to write the per-start key `botbox probe` checks; readable only in this container (env "+envProbeKeyFile+"; default $XDG_RUNTIME_DIR/botbox/probe-METRICSPORT.key, else /tmp/botbox-UID/probe-METRICSPORT.key)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -42,6 +44,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	level.Set(cfg.LogLevel)
 	for _, w := range cfg.Warnings {
 		logger.Warn(w.Message, slog.String(telemetry.KeyField, w.Path))
+	}
+	if *probeKeyFile == "" {
+		*probeKeyFile = defaultProbeKeyFile(getenv, cfg.MetricsPort)
+		if err := admin.PrepareProbeKeyDir(filepath.Dir(*probeKeyFile), os.Getuid()); err != nil {
+			fmt.Fprintf(stderr, "Error: %v\n", err)
+			return exitError
+		}
 	}
 	srv, err := server.New(cfg, server.Options{Logger: base, ProbeKeyFile: *probeKeyFile, ConfigPath: *path, Getenv: getenv, LogLevel: level})
 	if err != nil {
