@@ -322,8 +322,8 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	}
 	x.hm = h.metrics.ForHost(x.hostLabel)
 	x.hm.Requests.Inc()
-	// Upstream is always TLS; 443 is implied and omitted like the reference (§3.3 step 7).
-	x.authority = hp.Authority(443)
+	dp := dialPolicy(g, d, hp.Host)
+	x.setUpstream(hp, d, dp)
 	if x.rewrites != nil {
 		x.secrets = h.secrets.Snapshot()
 	}
@@ -333,7 +333,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
 	// The address guard judges this request's dials with its generation's
 	// guard and its rule's exceptions.
-	ctx = upstream.WithDialPolicy(ctx, dialPolicy(g, d, hp.Host))
+	ctx = upstream.WithDialPolicy(ctx, dp)
 	if t := g.ResponseHeaderTimeout(d); t > 0 { // the rule's response_header_timeout_ms
 		ctx = upstream.WithResponseHeaderTimeout(ctx, t)
 	}
@@ -347,6 +347,9 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	x := exchangeFrom(pr.In.Context())
 	out := pr.Out
 	out.URL.Scheme = "https"
+	if x.cleartext {
+		out.URL.Scheme = "http"
+	}
 	out.URL.Host = x.authority
 	out.URL.User = nil
 	switch {
@@ -495,6 +498,26 @@ func (h *Handler) abort(x *exchange, reason string, err error) {
 // request decided d under generation g for host: the generation's guard
 // (or none when address_guard is disabled) and the exceptions of the rule
 // that allowed it (none for a default allow or a denial).
+// Cleartext is set when the rule that names the host has upstream_tls:
+// false (allowed or, in report mode, forwarded without credentials).
 func dialPolicy(g *generation.Generation, d policy.Decision, host string) upstream.DialPolicy {
-	return upstream.DialPolicy{Host: host, Guard: g.AddrGuard, Opts: g.AddrOpts(d), Unguarded: g.AddrGuardOff}
+	return upstream.DialPolicy{Host: host, Guard: g.AddrGuard, Opts: g.AddrOpts(d), Unguarded: g.AddrGuardOff,
+		Cleartext: d.Rule != nil && d.Rule.Action == config.ActionAllow && d.Rule.PlainHTTP}
+}
+
+// setUpstream sets where x goes. TLS: hp's authority, 443 implied and
+// omitted like the reference (§3.3 step 7). Plain HTTP (dp.Cleartext): the
+// port the policy evaluated, always written out (443 when the request had
+// none), so the connection goes to exactly the port the rule allowed.
+func (x *exchange) setUpstream(hp hostport.HostPort, d policy.Decision, dp upstream.DialPolicy) {
+	x.cleartext = dp.Cleartext
+	if !x.cleartext {
+		x.authority = hp.Authority(443)
+		return
+	}
+	port := d.Port
+	if port == 0 {
+		port = hp.PortOr(443)
+	}
+	x.authority = hostport.HostPort{Host: hp.Host, Port: port, HasPort: true}.Authority(0)
 }

@@ -126,7 +126,7 @@ func (h *Handler) forwardReport(r *http.Request, x *exchange, hp hostport.HostPo
 	x.rewrites = nil
 	x.hm = h.metrics.ForHost(x.hostLabel)
 	h.metrics.Requests.WithLabelValues(telemetry.HostReport, telemetry.DecisionReportDeny).Inc()
-	x.authority = hp.Authority(443)
+	x.setUpstream(hp, policy.Decision{}, dp)
 	x.trace.GotConn = x.gotConn
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
 	ctx = upstream.WithDialPolicy(ctx, dp)
