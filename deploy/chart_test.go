@@ -948,3 +948,26 @@ func declaresPort(c *corev1.Container, n int, name string) bool {
 	}
 	return false
 }
+
+// TestChartDefaultPolicyConfigPassesCheck: the config.yaml the chart
+// writes for defaultPolicy (values.yaml's defaultPolicy.config, rendered
+// into every listed namespace) is what `botbox check` accepts without a
+// warning, as the values README promises. The chart itself cannot run
+// check on a --set-file value; the README says to run it first.
+func TestChartDefaultPolicyConfigPassesCheck(t *testing.T) {
+	t.Parallel()
+	r := renderChart(t, "--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents,agents-2}")
+	if len(r.ConfigMaps) != 2 {
+		t.Fatalf("%d ConfigMaps, want one per namespace", len(r.ConfigMaps))
+	}
+	for _, cm := range r.ConfigMaps {
+		cfg, err := config.Parse([]byte(cm.Data["config.yaml"]))
+		if err != nil {
+			t.Errorf("%s/%s config.yaml: botbox check fails: %v", cm.Namespace, cm.Name, err)
+			continue
+		}
+		for _, w := range cfg.Warnings {
+			t.Errorf("%s/%s config.yaml: warning %s: %s", cm.Namespace, cm.Name, w.Path, w.Message)
+		}
+	}
+}
