@@ -51,8 +51,8 @@ func TestCheckValidatesTheNamedFile(t *testing.T) {
 func TestCheckMissingFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "absent.yaml")
 	code, _, errOut := runArgs(t, nil, "check", p)
-	if code != 1 || errOut != "Error: config file not found: "+p+"\n" {
-		t.Errorf("exit %d stderr %q, want 1 and only %q", code, errOut, "Error: config file not found: "+p)
+	if code != 1 || errOut != "botbox check: config file not found: "+p+"\n" {
+		t.Errorf("exit %d stderr %q, want 1 and only %q", code, errOut, "botbox check: config file not found: "+p)
 	}
 }
 
@@ -228,5 +228,33 @@ func TestCANewBundleOut(t *testing.T) {
 		if !strings.HasSuffix(string(b), string(c)) || strings.Count(string(b), "BEGIN CERTIFICATE") < 100 {
 			t.Errorf("run %d: the bundle is not the roots followed by the CA", i)
 		}
+	}
+}
+
+// TestErrorsNameTheCommand: every subcommand's error line starts with
+// "botbox CMD:" (on ee87e5f most said "Error:").
+func TestErrorsNameTheCommand(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "absent.yaml")
+	blocker := writeFile(t, dir, "a-file", "") // ca new cannot make a directory under it
+	for _, tc := range []struct {
+		args   []string
+		prefix string
+	}{
+		{[]string{"--config", missing}, "botbox run: config file not found"},
+		{[]string{"run", "extra"}, "botbox run: unexpected argument"},
+		{[]string{"check", missing}, "botbox check: "},
+		{[]string{"explain", "-c", missing, "http://example.com/"}, "botbox explain: "},
+		{[]string{"placeholders", "print", "-c", missing}, "botbox placeholders print: "},
+		{[]string{"suggest", "--log", missing}, "botbox suggest: "},
+		{[]string{"ca", "new", "--out", filepath.Join(blocker, "ca")}, "botbox ca new: "},
+	} {
+		code, _, errOut := runArgs(t, nil, tc.args...)
+		if code == exitOK || !strings.HasPrefix(errOut, tc.prefix) {
+			t.Errorf("%q: exit %d, stderr %q; want it to start with %q", tc.args, code, errOut, tc.prefix)
+		}
+	}
+	if _, _, errOut := runArgs(t, nil, "--config", missing); !strings.Contains(errOut, "--config PATH") {
+		t.Errorf("a missing config gives no usage hint: %q", errOut)
 	}
 }

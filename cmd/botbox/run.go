@@ -138,11 +138,11 @@ func noArgs(fs *flag.FlagSet, name, line string, stderr io.Writer) (int, bool) {
 // printConfigError reports a failed config.Load for path: the file's
 // problems, one per line, under "PATH: invalid configuration:", or, when
 // the file could not be read (no *config.FieldError inside), the read error
-// alone ("config file not found: PATH").
-func printConfigError(stderr io.Writer, path string, err error) {
+// after the command's name ("botbox check: config file not found: PATH").
+func printConfigError(stderr io.Writer, name, path string, err error) {
 	ps := config.Problems(err)
 	if len(ps) == 0 {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return
 	}
 	fmt.Fprintf(stderr, "%s: invalid configuration (%d %s):\n", path, len(ps), plural(len(ps), "problem", "problems"))

@@ -119,8 +119,8 @@ func TestRunFailsFastOnBadConfig(t *testing.T) {
 	} {
 		p := writeFile(t, dir, name, content)
 		code, _, errOut := runArgs(t, nil, "--config", p)
-		if code != 1 || !strings.HasPrefix(errOut, "Error: ") {
-			t.Errorf("%s: exit %d stderr %q, want 1 and an Error: line", name, code, errOut)
+		if code != 1 || !strings.HasPrefix(errOut, "botbox run: ") {
+			t.Errorf("%s: exit %d stderr %q, want 1 and a botbox run: line", name, code, errOut)
 		}
 	}
 	if code, _, errOut := runArgs(t, nil, "-c", filepath.Join(dir, "absent.yaml")); code != 1 || !strings.Contains(errOut, "absent.yaml") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,7 +25,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "botbox: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "botbox run: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
 	level := new(slog.LevelVar)
@@ -34,11 +35,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	logger.Info("loading configuration", slog.String(telemetry.KeyConfigPath, *path))
 	cfg, err := config.Load(*path)
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox run: %v\n", err)
+		if errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintln(stderr, "(name the configuration with --config PATH, e.g. examples/config.yaml; `botbox help` lists the commands)")
+		}
 		return exitError
 	}
 	if err := config.ApplyEnv(cfg, getenv); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox run: %v\n", err)
 		return exitError
 	}
 	level.Set(cfg.LogLevel)
@@ -48,14 +52,14 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if *probeKeyFile == "" {
 		*probeKeyFile = defaultProbeKeyFile(getenv, cfg.MetricsPort)
 		if err := admin.PrepareProbeKeyDir(filepath.Dir(*probeKeyFile), os.Getuid()); err != nil {
-			fmt.Fprintf(stderr, "Error: %v\n", err)
+			fmt.Fprintf(stderr, "botbox run: %v\n", err)
 			return exitError
 		}
 	}
 	srv, err := server.New(cfg, server.Options{Logger: base, ProbeKeyFile: *probeKeyFile, ConfigPath: *path, Getenv: getenv, LogLevel: level})
 	if err != nil {
 		logger.Error("startup failed", slog.String(telemetry.KeyError, err.Error()))
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox run: %v\n", err)
 		return exitError
 	}
 	hup := make(chan os.Signal, 1)
@@ -63,7 +67,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	defer signal.Stop(hup)
 	go reloadOnSignal(ctx, hup, srv.Reload)
 	if err := srv.Run(ctx); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox run: %v\n", err)
 		return exitError
 	}
 	return exitOK
