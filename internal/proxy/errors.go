@@ -37,7 +37,9 @@ const (
 	// hintConnect is the second line of the CONNECT 405 body: the explicit
 	// proxy carries http:// URLs only (BotBox originates the TLS).
 	hintConnect = "use http:// URLs or enable HTTPS interception"
-	bodyUpgrade = "upgrade not allowed: only websocket"
+	// hintPortNotAllowed is the second line of a port_not_allowed 403.
+	hintPortNotAllowed = "the host is allowed, but not on this port (add it to the rule's allowed_ports)"
+	bodyUpgrade        = "upgrade not allowed: only websocket"
 )
 
 // Reasons of the decision line (and of the X-Botbox-Reason header) that

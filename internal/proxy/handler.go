@@ -294,9 +294,13 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 			h.reject(x, http.StatusBadRequest, bodyAmbiguousPath, telemetry.DecisionDeniedPath, string(d.Reason))
 		case policy.ReasonRouteDeny, policy.ReasonNoRoute:
 			h.reject(x, http.StatusForbidden, bodyRouteDenied, telemetry.DecisionDeniedRoute, string(d.Reason))
+		case policy.ReasonPortNotAllowed:
+			// The reference's body, then what it does not say: the host is
+			// allowed, the port is not (TestDecisionLines).
+			h.reject(x, http.StatusForbidden, bodyDenied+"\n"+hintPortNotAllowed+"\n", telemetry.DecisionDeny, string(d.Reason))
 		default:
-			// d.Reason tells the agent which fix applies: port_not_allowed
-			// (the host is allowed on another port), rule_deny, default_deny.
+			// d.Reason tells the agent which fix applies: rule_deny,
+			// default_deny.
 			h.reject(x, http.StatusForbidden, bodyDenied, telemetry.DecisionDeny, string(d.Reason))
 		}
 		return
