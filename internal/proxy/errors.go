@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/botbox/botbox/internal/placeholder"
 	"github.com/botbox/botbox/internal/rewrite"
@@ -71,6 +72,13 @@ const (
 // operator can tell a port denial from a host denial without the logs.
 const HeaderReason = "X-Botbox-Reason"
 
+// HeaderHint carries, on a response BotBox generates whose body has a
+// second line (the hint after the reference's message: CONNECT 405,
+// port_not_allowed), that line: a client that shows only headers, such as
+// curl on a refused CONNECT (`curl -v`), still sees the fix. Hints are
+// constants; never a value from the request.
+const HeaderHint = "X-Botbox-Hint"
+
 // failure is what the single error mapper returns: the status and body sent
 // to the client, the upstream_errors label (if any) and the log reason.
 type failure struct {
@@ -135,6 +143,11 @@ func writePlain(w http.ResponseWriter, status int, body, reason string) {
 	h.Set("Content-Type", "text/plain")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set(HeaderReason, reason)
+	if _, rest, ok := strings.Cut(body, "\n"); ok {
+		if hint, _, _ := strings.Cut(rest, "\n"); hint != "" {
+			h.Set(HeaderHint, hint)
+		}
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(body))
 }
