@@ -200,7 +200,25 @@ func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 		h.reject(x, http.StatusBadRequest, bodyInvalidHost, telemetry.DecisionDeniedNoHost, reasonInvalidHost)
 		return
 	}
-	h.forward(r, x, hp, h.gen.Load())
+	g := h.gen.Load()
+	h.forward(r, x, plainDefaultPort(hp, g.Policy), g)
+}
+
+// plainDefaultPort makes an explicit :80 on the plain listener mean what
+// no port means there (the request is evaluated, and sent over TLS, as
+// port 443): http://host:80/ is http://host/ to every HTTP client, and
+// grpc-go sends ":authority host:80" for grpc.Dial("host:80"). The
+// reference refused it as port_not_allowed; a documented difference
+// (docs/differences.md). A rule with upstream_tls: false keeps its :80,
+// the real port of its plain-HTTP origin. TestPlainListenerPort80.
+func plainDefaultPort(hp hostport.HostPort, p *policy.Policy) hostport.HostPort {
+	if !hp.HasPort || hp.Port != 80 {
+		return hp
+	}
+	if r := p.RuleForName(hp.Host); r != nil && r.PlainHTTP {
+		return hp
+	}
+	return hostport.HostPort{Host: hp.Host}
 }
 
 func (h *Handler) serveIntercepted(w http.ResponseWriter, r *http.Request) {
