@@ -513,7 +513,7 @@ func checkWebhookHardening(r *chartRender) error {
 	return errors.Join(errs...)
 }
 
-// webhookFlags are the options of `botbox webhook`; value flags take the
+// webhookFlags are the options of `botbox-admission webhook`; value flags take the
 // next argument.
 var webhookFlags = map[string]bool{
 	"--listen": true, "--tls-cert": true, "--tls-key": true, "--config-map": true, "--secret": true, "--image": true,
@@ -525,8 +525,8 @@ var webhookFlags = map[string]bool{
 // flags the binary defaults to on (inject.DefaultOptions) start "true",
 // and --name=false turns one off.
 func parseWebhookArgs(c *corev1.Container) (map[string]string, error) {
-	if len(c.Command) != 0 || len(c.Args) == 0 || c.Args[0] != "webhook" {
-		return nil, fmt.Errorf("args %q: want the image's entrypoint with `webhook ...`", c.Args)
+	if !slices.Equal(c.Command, []string{"/botbox-admission"}) || len(c.Args) == 0 || c.Args[0] != "webhook" {
+		return nil, fmt.Errorf("command %q args %q: want [/botbox-admission] with `webhook ...`", c.Command, c.Args)
 	}
 	d := inject.DefaultOptions()
 	flags := map[string]string{"--ipv6": strconv.FormatBool(d.IPv6), "--dns-guard": strconv.FormatBool(d.DNSGuard)}
@@ -1085,4 +1085,27 @@ func declaresPort(c *corev1.Container, n int, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestChartDefaultPolicyConfigPassesCheck: the config.yaml the chart
+// writes for defaultPolicy (values.yaml's defaultPolicy.config, rendered
+// into every listed namespace) is what `botbox check` accepts without a
+// warning, as the values README promises. The chart itself cannot run
+// check on a --set-file value; the README says to run it first.
+func TestChartDefaultPolicyConfigPassesCheck(t *testing.T) {
+	t.Parallel()
+	r := renderChart(t, "--set", "defaultPolicy.enabled=true", "--set", "defaultPolicy.namespaces={agents,agents-2}")
+	if len(r.ConfigMaps) != 2 {
+		t.Fatalf("%d ConfigMaps, want one per namespace", len(r.ConfigMaps))
+	}
+	for _, cm := range r.ConfigMaps {
+		cfg, err := config.Parse([]byte(cm.Data["config.yaml"]))
+		if err != nil {
+			t.Errorf("%s/%s config.yaml: botbox check fails: %v", cm.Namespace, cm.Name, err)
+			continue
+		}
+		for _, w := range cfg.Warnings {
+			t.Errorf("%s/%s config.yaml: warning %s: %s", cm.Namespace, cm.Name, w.Path, w.Message)
+		}
+	}
 }

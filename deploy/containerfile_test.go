@@ -27,6 +27,8 @@ const (
 	imageConfigSrc    = "config.yaml" // in image.sh's build context
 	binarySrc         = "botbox"      // in image.sh's build context
 	binaryPath        = "/botbox"
+	admissionSrc      = "botbox-admission" // in image.sh's build context
+	admissionPath     = "/botbox-admission"
 	containerfilePath = "Containerfile"
 	imageConfigLocal  = "config.yaml" // deploy/config.yaml, seen from this package
 )
@@ -188,6 +190,9 @@ func checkContainerfile(stages []stage) []error {
 	if !copies(binarySrc, binaryPath) {
 		fail("binary", "no COPY %s %s (the static binary image.sh builds)", binarySrc, binaryPath)
 	}
+	if !copies(admissionSrc, admissionPath) {
+		fail("admission-binary", "no COPY %s %s (the chart's webhook Deployment runs it)", admissionSrc, admissionPath)
+	}
 	if u, ok := s.last("USER"); !ok || u.args != proxyUser+":"+proxyUser {
 		fail("user", "USER %q, want %s:%s (the UID the egress rules exempt; the init role overrides it with 0)", u.args, proxyUser, proxyUser)
 	}
@@ -256,6 +261,7 @@ func TestContainerfileInvariantsCatchViolations(t *testing.T) {
 		{"root-owned", "binary owned by 1337", "COPY --chmod=0555 botbox /botbox", "COPY --chown=1337:1337 botbox /botbox"},
 		{"root-owned", "copied from another image", "COPY --chmod=0555 botbox /botbox", "COPY --from=docker.io/library/busybox /bin/busybox /botbox"},
 		{"binary", "binary elsewhere", "COPY --chmod=0555 botbox /botbox", "COPY --chmod=0555 botbox /usr/bin/botbox"},
+		{"admission-binary", "admission binary missing", "COPY --chmod=0555 botbox-admission /botbox-admission\n", ""},
 		{"user", "root", "USER 1337:1337", "USER 1337:1337\nUSER root"},
 		{"user", "distroless nonroot UID", "USER 1337:1337", "USER 65532:65532"},
 		{"entrypoint", "shell form", `ENTRYPOINT ["/botbox"]`, `ENTRYPOINT /botbox`},

@@ -20,7 +20,7 @@
 // runc and catatonit, fail without them under CI and skip elsewhere.
 //
 // The Pod-level invariants are internal/inject's (Invariants, CheckPod): the
-// same code `botbox inject` and `botbox webhook` enforce, run here with the
+// same code `botbox-admission inject` and `botbox-admission webhook` enforce, run here with the
 // stricter Manifest profile; the checks that need the other objects of the
 // manifests (Namespace, ConfigMap, Secret, NetworkPolicy) live here.
 //

@@ -6,7 +6,8 @@
 #   CONTAINER_ENGINE=docker deploy/image.sh  # choose the engine
 #   GOARCH=arm64 deploy/image.sh REGISTRY/botbox:TAG-arm64   # cross-build
 #
-# Two steps: `go build` on this machine (static: CGO_ENABLED=0; -trimpath;
+# Two steps: `go build` of cmd/botbox and cmd/botbox-admission on this
+# machine (static: CGO_ENABLED=0; -trimpath;
 # -s -w; version and commit from git through -X, since the build context has
 # no .git), then the engine builds FROM scratch out of a temporary context
 # holding the binary, deploy/config.yaml and an empty rootfs/tmp. The only
@@ -40,9 +41,11 @@ ctx="$(mktemp -d)"
 trap 'rm -rf "$ctx"' EXIT
 (
   cd "$root"
-  CGO_ENABLED=0 GOOS="$goos" GOARCH="$goarch" go build -trimpath -buildvcs=false \
-    -ldflags="-s -w -X $pkg.version=$version -X $pkg.commit=$commit" \
-    -o "$ctx/botbox" ./cmd/botbox
+  for cmd in botbox botbox-admission; do
+    CGO_ENABLED=0 GOOS="$goos" GOARCH="$goarch" go build -trimpath -buildvcs=false \
+      -ldflags="-s -w -X $pkg.version=$version -X $pkg.commit=$commit" \
+      -o "$ctx/$cmd" "./cmd/$cmd"
+  done
 )
 cp "$root/deploy/config.yaml" "$ctx/config.yaml"
 mkdir -p "$ctx/rootfs/tmp"

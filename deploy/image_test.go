@@ -223,6 +223,7 @@ func TestImageFiles(t *testing.T) {
 	}
 	want := map[string]entry{
 		"botbox":                 {0o555, 0, 0},
+		"botbox-admission":       {0o555, 0, 0},
 		"etc":                    {fs.ModeDir | 0o755, 0, 0},
 		"etc/botbox":             {fs.ModeDir | 0o755, 0, 0},
 		"etc/botbox/config.yaml": {0o444, 0, 0},
@@ -290,6 +291,11 @@ func TestImageFiles(t *testing.T) {
 	}
 	if bi.Path != "github.com/botbox/botbox/cmd/botbox" {
 		t.Errorf("binary is %s, want github.com/botbox/botbox/cmd/botbox", bi.Path)
+	}
+	if abi, err := buildinfo.ReadFile(filepath.Join(root, "botbox-admission")); err != nil {
+		t.Error(err)
+	} else if abi.Path != "github.com/botbox/botbox/cmd/botbox-admission" {
+		t.Errorf("/botbox-admission is %s, want github.com/botbox/botbox/cmd/botbox-admission", abi.Path)
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"github.com/botbox/botbox/internal/inject"
 )
 
-// TestInjectedExampleKeepsEveryInvariant runs `botbox inject`'s code over
+// TestInjectedExampleKeepsEveryInvariant runs `botbox-admission inject`'s code over
 // the example Deployment (its BotBox containers are replaced by the
 // injector's) and checks the result with every invariant of this package,
 // including the ones only a bundle can check: the injected layout agrees

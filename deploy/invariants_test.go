@@ -27,7 +27,7 @@ type invariant struct {
 
 // invariants is the list documented in docs/deploy.md ("What the tests
 // guarantee"): the Pod-level ones are internal/inject's, the same code
-// `botbox inject` and `botbox webhook` enforce (profile Manifest adds the
+// `botbox-admission inject` and `botbox-admission webhook` enforce (profile Manifest adds the
 // hardening the example promises); the ones here need the other objects of
 // the bundle (Namespace, ConfigMap, Secret, NetworkPolicy).
 func invariants() []invariant {

@@ -50,7 +50,7 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 	}
 	certPEM, keyPEM, err := mitm.NewCA(*cn, time.Duration(*days)*24*time.Hour, time.Now())
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: creating CA: %v\n", err)
+		fmt.Fprintf(stderr, "botbox ca new: creating CA: %v\n", err)
 		return exitError
 	}
 	defer clear(keyPEM)
@@ -64,12 +64,12 @@ func runCA(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s and %s already exist; nothing to do\n", *certOut, *keyOut)
 		return writeBundle(*bundleOut, *certOut, stdout, stderr)
 	case errors.As(err, &exists) && len(exists.Existing) == 2:
-		fmt.Fprintf(stderr, "Error: %v\n(keep them with --if-missing, or delete both files to make a new CA; clients trusting the old CA must then trust the new one)\n", err)
+		fmt.Fprintf(stderr, "botbox ca new: %v\n(keep them with --if-missing, or delete both files to make a new CA; clients trusting the old CA must then trust the new one)\n", err)
 	case errors.As(err, &exists):
 		// Half a CA cannot be completed without losing the key/cert pairing.
-		fmt.Fprintf(stderr, "Error: %v\n(only one of the two files exists: remove it to make a new CA)\n", err)
+		fmt.Fprintf(stderr, "botbox ca new: %v\n(only one of the two files exists: remove it to make a new CA)\n", err)
 	default:
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox ca new: %v\n", err)
 	}
 	return exitError
 }
@@ -82,7 +82,7 @@ func writeBundle(path, certPath string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err := mitm.WriteTrustBundle(path, certPath); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox ca new: %v\n", err)
 		return exitError
 	}
 	fmt.Fprintf(stdout, "wrote %s (system roots and the CA certificate, 0444)\n", path)

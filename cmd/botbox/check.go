@@ -43,11 +43,11 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
-		printConfigError(stderr, path, err)
+		printConfigError(stderr, "botbox check", path, err)
 		return exitError
 	}
 	if err := config.ApplyEnv(cfg, getenv); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox check: %v\n", err)
 		return exitError
 	}
 	for _, w := range cfg.Warnings {

@@ -51,8 +51,8 @@ func TestCheckValidatesTheNamedFile(t *testing.T) {
 func TestCheckMissingFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "absent.yaml")
 	code, _, errOut := runArgs(t, nil, "check", p)
-	if code != 1 || errOut != "Error: config file not found: "+p+"\n" {
-		t.Errorf("exit %d stderr %q, want 1 and only %q", code, errOut, "Error: config file not found: "+p)
+	if code != 1 || errOut != "botbox check: config file not found: "+p+"\n" {
+		t.Errorf("exit %d stderr %q, want 1 and only %q", code, errOut, "botbox check: config file not found: "+p)
 	}
 }
 
@@ -209,5 +209,52 @@ func TestCANewTwiceSuggestsIfMissing(t *testing.T) {
 	code, _, errOut := runArgs(t, nil, "ca", "new", "--out", dir)
 	if code != 1 || !strings.Contains(errOut, "refusing to overwrite existing") || !strings.Contains(errOut, "--if-missing") {
 		t.Errorf("second: exit %d %q", code, errOut)
+	}
+}
+
+// TestCANewBundleOut: ca-init's command line as the injector writes it
+// makes the bundle on the first run and again (for the CA already there)
+// with --if-missing; the bundle ends with the CA certificate.
+func TestCANewBundleOut(t *testing.T) {
+	dir := t.TempDir()
+	cert, key, bundle := filepath.Join(dir, "c", "ca.crt"), filepath.Join(dir, "k", "ca.key"), filepath.Join(dir, "c", "ca-bundle.crt")
+	args := []string{"ca", "new", "--cert-out", cert, "--key-out", key, "--days", "365", "--if-missing", "--bundle-out", bundle}
+	for i := range 2 {
+		if code, out, errOut := runArgs(t, nil, args...); code != exitOK || !strings.Contains(out, "wrote "+bundle) {
+			t.Fatalf("run %d: exit %d, stdout %q, stderr %q", i, code, out, errOut)
+		}
+		b, _ := os.ReadFile(bundle)
+		c, _ := os.ReadFile(cert)
+		if !strings.HasSuffix(string(b), string(c)) || strings.Count(string(b), "BEGIN CERTIFICATE") < 100 {
+			t.Errorf("run %d: the bundle is not the roots followed by the CA", i)
+		}
+	}
+}
+
+// TestErrorsNameTheCommand: every subcommand's error line starts with
+// "botbox CMD:" (on ee87e5f most said "Error:").
+func TestErrorsNameTheCommand(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "absent.yaml")
+	blocker := writeFile(t, dir, "a-file", "") // ca new cannot make a directory under it
+	for _, tc := range []struct {
+		args   []string
+		prefix string
+	}{
+		{[]string{"--config", missing}, "botbox run: config file not found"},
+		{[]string{"run", "extra"}, "botbox run: unexpected argument"},
+		{[]string{"check", missing}, "botbox check: "},
+		{[]string{"explain", "-c", missing, "http://example.com/"}, "botbox explain: "},
+		{[]string{"placeholders", "print", "-c", missing}, "botbox placeholders print: "},
+		{[]string{"suggest", "--log", missing}, "botbox suggest: "},
+		{[]string{"ca", "new", "--out", filepath.Join(blocker, "ca")}, "botbox ca new: "},
+	} {
+		code, _, errOut := runArgs(t, nil, tc.args...)
+		if code == exitOK || !strings.HasPrefix(errOut, tc.prefix) {
+			t.Errorf("%q: exit %d, stderr %q; want it to start with %q", tc.args, code, errOut, tc.prefix)
+		}
+	}
+	if _, _, errOut := runArgs(t, nil, "--config", missing); !strings.Contains(errOut, "--config PATH") {
+		t.Errorf("a missing config gives no usage hint: %q", errOut)
 	}
 }

@@ -76,19 +76,19 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
-		printConfigError(stderr, *path, err)
+		printConfigError(stderr, "botbox explain", *path, err)
 		return exitUsage
 	}
 
 	e, err := newExplainer(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox explain: %v\n", err)
 		return exitUsage
 	}
 	fmt.Fprintf(stdout, "request:  %s %s\n", m, raw)
 	res, err := e.run(m, u)
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox explain: %v\n", err)
 		return exitUsage
 	}
 	return e.print(stdout, u, res)

@@ -37,7 +37,7 @@ func runPlaceholders(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
-		printConfigError(stderr, *path, err)
+		printConfigError(stderr, "botbox placeholders print", *path, err)
 		return exitError
 	}
 	if !cfg.Placeholders.Enabled {

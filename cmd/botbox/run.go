@@ -2,21 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
+	"github.com/botbox/botbox/internal/cli"
 	"github.com/botbox/botbox/internal/config"
 )
 
 // Exit codes.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK    = cli.ExitOK
+	exitError = cli.ExitError
+	exitUsage = cli.ExitUsage
 )
 
 const usage = `botbox — sidecar egress proxy with secret injection
@@ -31,12 +30,12 @@ Usage:
   botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 365 days)
   botbox placeholders print [-c PATH]      list the placeholder credentials and the hosts each may go to
   botbox probe [--key-file F] URL          exit 0 when BotBox itself answers 200 at URL (exec probes)
-  botbox inject -f FILE [options]          write Kubernetes workloads with BotBox injected (docs/deploy.md)
-  botbox webhook --tls-cert F --tls-key F  the mutating and validating admission webhook for Pods
   botbox version                           print version information
 
 Flags may come before or after the arguments. Exit codes: 0 ok, 1 error, 2 usage.
 Docs: docs/config.md (every key and message), docs/deploy.md.
+Kubernetes injection and the admission webhook are botbox-admission's
+(botbox-admission inject|webhook; the image carries both binaries).
 `
 
 // run dispatches on the subcommand and returns the process exit code.
@@ -72,10 +71,10 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return runPlaceholders(rest, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, getenv, stdout, stderr)
-	case "inject":
-		return runInject(rest, os.Stdin, stdout, stderr)
-	case "webhook":
-		return runWebhook(ctx, rest, getenv, stdout, stderr)
+	case "inject", "webhook":
+		fmt.Fprintf(stderr, "botbox %s: moved to the botbox-admission binary (same flags): botbox-admission %s ...\n"+
+			"The sidecar binary links no Kubernetes code; the image carries both (/botbox-admission).\n", cmd, cmd)
+		return exitUsage
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help":
@@ -88,15 +87,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 }
 
 // newFlagSet returns a FlagSet that reports errors to stderr and does not
-// exit. Its -h output is "usage: NAME [flags]" and the flags in the
-// README's spelling (--config); setUsage replaces the first line with one
-// that names the command's arguments.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	setUsage(fs, name+" [flags]")
-	return fs
-}
+// exit (cli.NewFlagSet).
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet { return cli.NewFlagSet(name, stderr) }
 
 // configFlag registers -c and --config (the reference's spelling) on fs.
 func configFlag(fs *flag.FlagSet) *string {
@@ -106,86 +98,16 @@ func configFlag(fs *flag.FlagSet) *string {
 	return p
 }
 
-// setUsage makes fs's -h output start with the command's usage line (which
-// names its positional arguments) before the flag list.
-func setUsage(fs *flag.FlagSet, line string) {
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: %s\n\nFlags:\n", line)
-		printFlags(fs)
-		fmt.Fprintln(fs.Output(), "\n`botbox help` lists every command.")
-	}
-}
+// setUsage makes fs's -h output start with line (cli.SetUsage).
+func setUsage(fs *flag.FlagSet, line string) { cli.SetUsage(fs, line) }
 
-// isString reports whether f holds a string (its default is then quoted).
-func isString(f *flag.Flag) bool {
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return false
-	}
-	_, ok = g.Get().(string)
-	return ok
-}
-
-// printFlags lists fs's flags as the README writes them: --name for long
-// names, -c for one letter (Go's flag package accepts both dashes for both).
-func printFlags(fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		dash := "--"
-		if len(f.Name) == 1 {
-			dash = "-"
-		}
-		name, usage := flag.UnquoteUsage(f)
-		line := "  " + dash + f.Name
-		if name != "" {
-			line += " " + name
-		}
-		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
-		switch {
-		case f.DefValue == "" || f.DefValue == "false" || f.DefValue == "0":
-		case isString(f):
-			line += fmt.Sprintf(" (default %q)", f.DefValue)
-		default:
-			line += " (default " + f.DefValue + ")"
-		}
-		fmt.Fprintln(fs.Output(), line)
-	})
-}
-
-// parseFlags parses and maps flag errors to exit codes; ok is false when the
-// caller should return code. Flags may follow positional arguments
-// ("check FILE --files", "explain URL -c FILE"): parsing resumes after each
-// argument, until a "--" ends the flags. fs.Args() is then the positional
-// arguments in order.
-func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return exitOK, false
-			}
-			return exitUsage, false
-		}
-		rest := fs.Args()
-		consumed := args[:len(args)-len(rest)]
-		if len(rest) == 0 || len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
-			positional = append(positional, rest...)
-			break
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
-	}
-	// Re-parse only the positional arguments, behind "--", so that
-	// fs.Args() returns them; flag values already set are kept.
-	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
-		return exitUsage, false
-	}
-	return 0, true
-}
+// parseFlags parses args, flags after positional arguments included
+// (cli.ParseFlags); ok is false when the caller should return code.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) { return cli.ParseFlags(fs, args) }
 
 // usageError prints "name: msg" and the usage line, and returns exitUsage.
 func usageError(stderr io.Writer, line, format string, args ...any) int {
-	fmt.Fprintf(stderr, format+"\nusage: %s\n", append(args, line)...)
-	return exitUsage
+	return cli.UsageError(stderr, line, format, args...)
 }
 
 // configPathArg returns the config path of a command that takes it as -c
@@ -210,20 +132,17 @@ func configPathArg(fs *flag.FlagSet, flagPath, name, line string, stderr io.Writ
 
 // noArgs refuses positional arguments for a command that takes none.
 func noArgs(fs *flag.FlagSet, name, line string, stderr io.Writer) (int, bool) {
-	if fs.NArg() > 0 {
-		return usageError(stderr, line, "%s: unexpected argument %q", name, fs.Arg(0)), false
-	}
-	return 0, true
+	return cli.NoArgs(fs, name, line, stderr)
 }
 
 // printConfigError reports a failed config.Load for path: the file's
 // problems, one per line, under "PATH: invalid configuration:", or, when
 // the file could not be read (no *config.FieldError inside), the read error
-// alone ("config file not found: PATH").
-func printConfigError(stderr io.Writer, path string, err error) {
+// after the command's name ("botbox check: config file not found: PATH").
+func printConfigError(stderr io.Writer, name, path string, err error) {
 	ps := config.Problems(err)
 	if len(ps) == 0 {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return
 	}
 	fmt.Fprintf(stderr, "%s: invalid configuration (%d %s):\n", path, len(ps), plural(len(ps), "problem", "problems"))

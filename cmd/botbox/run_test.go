@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -117,8 +119,8 @@ func TestRunFailsFastOnBadConfig(t *testing.T) {
 	} {
 		p := writeFile(t, dir, name, content)
 		code, _, errOut := runArgs(t, nil, "--config", p)
-		if code != 1 || !strings.HasPrefix(errOut, "Error: ") {
-			t.Errorf("%s: exit %d stderr %q, want 1 and an Error: line", name, code, errOut)
+		if code != 1 || !strings.HasPrefix(errOut, "botbox run: ") {
+			t.Errorf("%s: exit %d stderr %q, want 1 and a botbox run: line", name, code, errOut)
 		}
 	}
 	if code, _, errOut := runArgs(t, nil, "-c", filepath.Join(dir, "absent.yaml")); code != 1 || !strings.Contains(errOut, "absent.yaml") {
@@ -188,7 +190,7 @@ func TestProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.WriteProbeKey(keyFile, key); err != nil {
+	if _, err := admin.WriteProbeKey(keyFile, key); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"BOTBOX_PROBE_KEY_FILE": keyFile}
@@ -219,7 +221,7 @@ func TestProbe(t *testing.T) {
 	// Another start's key (a stale file, another instance) does not verify.
 	other := filepath.Join(t.TempDir(), "other.key")
 	otherKey, _ := admin.NewProbeKey()
-	if err := admin.WriteProbeKey(other, otherKey); err != nil {
+	if _, err := admin.WriteProbeKey(other, otherKey); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, _ := runArgs(t, nil, "probe", "--key-file", other, real.URL+"/healthz"); code != 1 {
@@ -280,5 +282,59 @@ func TestCheckQueryRewrites(t *testing.T) {
 	code, _, errOut = runArgs(t, nil, "check", "--files", files)
 	if code != 1 || !strings.Contains(errOut, `secret_ref "google-api-key" (egress_policy.rules[0].query_rewrites[0])`) {
 		t.Errorf("--files: exit %d\n%s", code, errOut)
+	}
+}
+
+// TestAdmissionCommandsMoved: `botbox inject` and `botbox webhook` exit 2
+// and name the binary that has them, whatever flags follow.
+func TestAdmissionCommandsMoved(t *testing.T) {
+	for _, args := range [][]string{{"inject", "-f", "x.yaml"}, {"webhook", "--tls-cert", "c", "--tls-key", "k"}, {"inject"}} {
+		code, out, errb := runArgs(t, nil, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errb, "botbox "+args[0]+": moved to the botbox-admission binary") ||
+			!strings.Contains(errb, "botbox-admission "+args[0]) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errb)
+		}
+	}
+}
+
+// TestProbeDefaultKeyFile: without --key-file or BOTBOX_PROBE_KEY_FILE,
+// `botbox probe URL` reads the key `botbox run` writes for URL's port
+// (TMPDIR/botbox-UID/probe-PORT.key, or under XDG_RUNTIME_DIR).
+func TestProbeDefaultKeyFile(t *testing.T) {
+	key, _ := admin.NewProbeKey()
+	real := httptest.NewServer(admin.NewHandler(prometheus.NewRegistry(), nil, key))
+	defer real.Close()
+	u, _ := url.Parse(real.URL)
+	port, _ := strconv.Atoi(u.Port())
+	for _, env := range []map[string]string{
+		{"TMPDIR": t.TempDir()},
+		{"XDG_RUNTIME_DIR": t.TempDir(), "TMPDIR": "/nonexistent"},
+	} {
+		path := defaultProbeKeyFile(func(k string) string { return env[k] }, uint16(port))
+		if err := admin.PrepareProbeKeyDir(filepath.Dir(path), os.Getuid()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.WriteProbeKey(path, key); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, errOut := runArgs(t, env, "probe", real.URL+"/healthz"); code != 0 {
+			t.Errorf("%v: exit %d %s", env, code, errOut)
+		}
+	}
+	for _, tc := range []struct {
+		url  string
+		port uint16
+		ok   bool
+	}{
+		{"http://127.0.0.1:9191/healthz", 9191, true},
+		{"http://127.0.0.1/healthz", 80, true},
+		{"https://localhost/healthz", 443, true},
+		{"http://127.0.0.1:0/healthz", 0, false},
+		{"ftp://127.0.0.1/x", 0, false},
+	} {
+		u, _ := url.Parse(tc.url)
+		if p, err := probePort(u); p != tc.port || (err == nil) != tc.ok {
+			t.Errorf("probePort(%s) = %d, %v", tc.url, p, err)
+		}
 	}
 }

@@ -62,7 +62,7 @@ func runSuggest(args []string, stdout, stderr io.Writer) int {
 	if *logPath != "-" {
 		f, err := os.Open(*logPath)
 		if err != nil {
-			fmt.Fprintf(stderr, "Error: %v\n", err)
+			fmt.Fprintf(stderr, "botbox suggest: %v\n", err)
 			return exitError
 		}
 		defer f.Close()
@@ -70,7 +70,7 @@ func runSuggest(args []string, stdout, stderr io.Writer) int {
 	}
 	obs, err := readDecisions(in)
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: reading %s: %v\n", *logPath, err)
+		fmt.Fprintf(stderr, "botbox suggest: reading %s: %v\n", *logPath, err)
 		return exitError
 	}
 	if obs.decisions == 0 {

@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -76,7 +78,7 @@ func TestProbeKeyFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "probe.key")
 	key, _ := NewProbeKey()
-	if err := WriteProbeKey(path, key); err != nil {
+	if _, err := WriteProbeKey(path, key); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(path)
@@ -88,7 +90,7 @@ func TestProbeKeyFile(t *testing.T) {
 	}
 	// A restart replaces the read-only file.
 	key2, _ := NewProbeKey()
-	if err := WriteProbeKey(path, key2); err != nil {
+	if _, err := WriteProbeKey(path, key2); err != nil {
 		t.Fatal(err)
 	}
 	got, err := ReadProbeKey(path)
@@ -119,4 +121,116 @@ func FuzzValidNonce(f *testing.F) {
 			t.Fatalf("validNonce(%q) = true", n)
 		}
 	})
+}
+
+// TestWrittenProbeKeyRemove: Remove deletes the file WriteProbeKey wrote
+// and nothing else: not a file another instance renamed over it (another
+// inode), not the same inode rewritten with another key, not a symlink.
+func TestWrittenProbeKeyRemove(t *testing.T) {
+	key, _ := NewProbeKey()
+	other, _ := NewProbeKey()
+	for _, tc := range []struct {
+		name        string
+		replace     func(t *testing.T, path string)
+		wantRemoved bool
+	}{
+		{"own file", func(*testing.T, string) {}, true},
+		{"gone", func(t *testing.T, path string) { os.Remove(path) }, false},
+		{"another instance's key renamed over it", func(t *testing.T, path string) {
+			if _, err := WriteProbeKey(path, other); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"same inode, other key", func(t *testing.T, path string) {
+			os.Chmod(path, 0o600)
+			if err := os.WriteFile(path, []byte(hex.EncodeToString(other)+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"a symlink to the key", func(t *testing.T, path string) {
+			real := path + ".real"
+			os.Rename(path, real)
+			os.Symlink(real, path)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "probe.key")
+			w, err := WriteProbeKey(path, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.replace(t, path)
+			before, statErr := os.Lstat(path)
+			removed, err := w.Remove()
+			if err != nil || removed != tc.wantRemoved {
+				t.Fatalf("Remove = %v, %v; want %v", removed, err, tc.wantRemoved)
+			}
+			_, after := os.Lstat(path)
+			switch {
+			case tc.wantRemoved && after == nil:
+				t.Error("the file is still there")
+			case !tc.wantRemoved && statErr == nil && after != nil:
+				t.Errorf("a file that was not ours (%v) was removed", before.Mode())
+			}
+		})
+	}
+}
+
+// TestDefaultProbeKeyFile: one path per UID and metrics port; the runtime
+// directory wins when absolute.
+func TestDefaultProbeKeyFile(t *testing.T) {
+	for _, tc := range []struct {
+		runtime, tmp string
+		uid          int
+		port         uint16
+		want         string
+	}{
+		{"", "/tmp", 1000, 9090, "/tmp/botbox-1000/probe-9090.key"},
+		{"", "/tmp", 1001, 9090, "/tmp/botbox-1001/probe-9090.key"},
+		{"", "/tmp", 1000, 9191, "/tmp/botbox-1000/probe-9191.key"},
+		{"/run/user/1000", "/tmp", 1000, 9090, "/run/user/1000/botbox/probe-9090.key"},
+		{"relative/dir", "/var/tmp", 0, 9090, "/var/tmp/botbox-0/probe-9090.key"},
+	} {
+		if got := DefaultProbeKeyFile(tc.runtime, tc.tmp, tc.uid, tc.port); got != tc.want {
+			t.Errorf("DefaultProbeKeyFile(%q, %q, %d, %d) = %q, want %q", tc.runtime, tc.tmp, tc.uid, tc.port, got, tc.want)
+		}
+	}
+}
+
+// TestPrepareProbeKeyDir: the directory is made 0700 and reused; one that
+// is a symlink, has group or other permissions, or belongs to another UID
+// is refused (the last needs root to set up).
+func TestPrepareProbeKeyDir(t *testing.T) {
+	base := t.TempDir()
+	uid := os.Getuid()
+	dir := filepath.Join(base, "botbox-x")
+	for range 2 {
+		if err := PrepareProbeKeyDir(dir, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("mode %v, want 0700", fi.Mode().Perm())
+	}
+	wide := filepath.Join(base, "wide")
+	os.Mkdir(wide, 0o700)
+	os.Chmod(wide, 0o770)
+	link := filepath.Join(base, "link")
+	os.Symlink(dir, link)
+	file := filepath.Join(base, "file")
+	os.WriteFile(file, nil, 0o600)
+	cases := map[string]string{wide: "want 0700", link: "is not a directory", file: "is not a directory"}
+	if uid == 0 {
+		theirs := filepath.Join(base, "theirs")
+		os.Mkdir(theirs, 0o700)
+		if err := os.Chown(theirs, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+		cases[theirs] = "owned by UID 4242, not 0"
+	}
+	for d, want := range cases {
+		if err := PrepareProbeKeyDir(d, uid); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error containing %q", filepath.Base(d), err, want)
+		}
+	}
 }

@@ -83,6 +83,7 @@ type effRule struct {
 	RateLimit               *effRateLimit `yaml:"rate_limit,omitempty,flow"`
 	ScrubResponses          *bool         `yaml:"scrub_responses,omitempty"`
 	AllowPrivateAddresses   bool          `yaml:"allow_private_addresses,omitempty"`
+	UpstreamTLS             *bool         `yaml:"upstream_tls,omitempty"`
 }
 
 // effRoute is a route; omitted methods or paths mean any.
@@ -178,6 +179,9 @@ func (c *Config) Effective() ([]byte, error) {
 		}
 		er.MaxRequestBodyBytes = r.MaxRequestBodyBytes
 		er.AllowPrivateAddresses = r.AllowPrivateAddresses
+		if r.PlainHTTP {
+			er.UpstreamTLS = new(bool) // shown only when off
+		}
 		if rl := r.RateLimit; rl != nil {
 			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
 		}

@@ -162,6 +162,15 @@ type Rule struct {
 	// private, CGNAT, ULA and site-local addresses for requests this rule
 	// allows; never loopback, link-local or metadata addresses.
 	AllowPrivateAddresses bool
+	// PlainHTTP is set when the rule says upstream_tls: false (the zero
+	// value is TLS, so a Rule built without it never goes in the clear):
+	// BotBox then speaks plain HTTP to the origin, on the port the policy
+	// evaluated, and the dial guard refuses any address that is not
+	// loopback or private (upstream.DialPolicy.Cleartext), so a credential
+	// never crosses a public network in the clear. Valid only on an allow
+	// rule whose host is an IP/CIDR or that sets allow_private_addresses,
+	// with allowed_ports.
+	PlainHTTP bool
 }
 
 // Route is one routes entry of an allow rule.

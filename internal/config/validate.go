@@ -401,6 +401,7 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 			c.errorf(path+".allow_private_addresses", "applies only to an allow rule (this rule denies every request)")
 		}
 	}
+	c.upstreamTLS(path, label, host, hostOK, &r, w)
 	return r, hostOK
 }
 
@@ -920,6 +921,41 @@ const warnReportMode = "egress_policy.mode is report: requests the policy denies
 
 // limits validates max_request_body_bytes and rate_limit into r. They
 // bound what an allow rule lets through, so a deny rule cannot have them.
+// upstreamTLS validates a rule's upstream_tls (true when omitted). Plain
+// HTTP is for origins that never leave the host or the site: false is
+// accepted only on an allow rule with allowed_ports whose host is a
+// loopback or private IP or CIDR, or that sets allow_private_addresses
+// (the dial guard then refuses every address that is not loopback or
+// private, upstream.DialPolicy.Cleartext). TestUpstreamTLSValidation.
+func (c *checker) upstreamTLS(path, label, host string, hostOK bool, r *Rule, w wireRule) {
+	r.PlainHTTP = w.UpstreamTLS != nil && !*w.UpstreamTLS
+	if !r.PlainHTTP || !hostOK {
+		return
+	}
+	key := path + ".upstream_tls"
+	if r.Action == ActionDeny {
+		c.errorf(key, "applies only to an allow rule (this rule denies every request)")
+		return
+	}
+	if w.AllowedPorts == nil {
+		c.errorf(key, "upstream_tls: false needs allowed_ports, the origin's plain-HTTP port (e.g. [8000]); without it only 443 is allowed")
+	}
+	var pfx netip.Prefix
+	if a, err := netip.ParseAddr(host); err == nil {
+		pfx = netip.PrefixFrom(a, a.BitLen())
+	} else if hostport.IsCIDR(host) {
+		pfx, _ = netip.ParsePrefix(host)
+	}
+	switch {
+	case pfx.IsValid():
+		if class, ok := addrguard.CleartextPrefixAllowed(pfx); !ok {
+			c.errorf(key, "upstream_tls: false would send requests for '%s' in the clear to a %s address; plain HTTP is only for loopback and private (RFC 1918, ULA) origins", label, class)
+		}
+	case !r.AllowPrivateAddresses:
+		c.errorf(key, "upstream_tls: false for the name '%s' needs allow_private_addresses: true (plain HTTP goes only to private addresses; BotBox refuses a public one at connect time), or write the origin's IP or CIDR as the host", label)
+	}
+}
+
 func (c *checker) limits(path string, r *Rule, w wireRule) {
 	if (w.MaxRequestBodyBytes != nil || w.RateLimit != nil) && r.Action == ActionDeny {
 		c.errorf(path, "max_request_body_bytes and rate_limit apply only to an allow rule (this rule denies every request)")

@@ -79,6 +79,7 @@ type wireRule struct {
 	RateLimit               *wireRateLimit `yaml:"rate_limit"`
 	ScrubResponses          *bool          `yaml:"scrub_responses"`
 	AllowPrivateAddresses   *bool          `yaml:"allow_private_addresses"`
+	UpstreamTLS             *bool          `yaml:"upstream_tls"`
 }
 
 // wireRoute is one routes entry of a rule.

@@ -87,6 +87,7 @@ var allowedInternal = map[string][]string{
 	"netfilter":   {},
 	"listener":    {"telemetry"},
 	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "reqpath", "rewrite", "scrub", "secrets", "telemetry", "upstream"}, // reqpath: Override for the policy's Target
+	"cli":         {},
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
 	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                                            // hostport: the same canonical name the policy judged
@@ -107,8 +108,8 @@ func TestInternalImportRules(t *testing.T) {
 		}
 		for _, imp := range p.Imports {
 			if !strings.HasPrefix(imp, module+"/") {
-				if strings.HasPrefix(imp, "k8s.io/") && top != "inject" && top != "webhook" {
-					t.Errorf("%s imports %s; k8s.io is allowed only in inject and webhook", p.ImportPath, imp)
+				if isKubernetes(imp) && top != "inject" && top != "webhook" {
+					t.Errorf("%s imports %s; k8s.io and sigs.k8s.io are allowed only in inject and webhook", p.ImportPath, imp)
 				}
 				continue
 			}
@@ -124,22 +125,61 @@ func TestInternalImportRules(t *testing.T) {
 	}
 }
 
-func TestBinaryDependencies(t *testing.T) {
-	ps := list(t, module+"/cmd/botbox")
+// isKubernetes reports whether the package path imp belongs to a Kubernetes
+// module (k8s.io/..., sigs.k8s.io/...), sigs.k8s.io/yaml included.
+func isKubernetes(imp string) bool {
+	return strings.HasPrefix(imp, "k8s.io/") || strings.HasPrefix(imp, "sigs.k8s.io/")
+}
+
+// testOnlyDep reports whether a binary linking d links test code.
+func testOnlyDep(d string) bool {
+	return d == "testing" || d == "net/http/pprof" ||
+		strings.HasPrefix(d, module+"/internal/testutil") ||
+		strings.HasPrefix(d, "github.com/evanphx/") || // JSON patch: tests only
+		strings.HasPrefix(d, "github.com/stretchr/")
+}
+
+// binaryDeps returns the transitive dependencies of the main package cmd.
+func binaryDeps(t *testing.T, cmd string) []string {
+	t.Helper()
+	ps := list(t, module+"/"+cmd)
 	if len(ps) != 1 {
-		t.Fatal("cmd/botbox not found")
+		t.Fatalf("%s not found", cmd)
 	}
-	for _, d := range ps[0].Deps {
-		switch {
-		case d == "testing", d == "net/http/pprof",
-			strings.HasPrefix(d, module+"/internal/testutil"),
-			strings.HasPrefix(d, "github.com/evanphx/"), // JSON patch: tests only
-			strings.HasPrefix(d, "github.com/stretchr/"):
-			t.Errorf("the botbox binary links %s", d)
+	return ps[0].Deps
+}
+
+// TestBinaryDependencies: neither binary links test code; the sidecar
+// embeds the fallback roots for scratch images.
+func TestBinaryDependencies(t *testing.T) {
+	for _, cmd := range []string{"cmd/botbox", "cmd/botbox-admission"} {
+		deps := binaryDeps(t, cmd)
+		for _, d := range deps {
+			if testOnlyDep(d) {
+				t.Errorf("the %s binary links %s", cmd, d)
+			}
+		}
+		if cmd == "cmd/botbox" && !slices.Contains(deps, "golang.org/x/crypto/x509roots/fallback") {
+			t.Error("the botbox binary must embed the fallback roots for scratch images")
 		}
 	}
-	if !slices.Contains(ps[0].Deps, "golang.org/x/crypto/x509roots/fallback") {
-		t.Error("the binary must embed the fallback roots for scratch images")
+}
+
+// TestSidecarLinksNoKubernetes: the binary every Pod runs (cmd/botbox)
+// depends on no Kubernetes module and not on internal/inject or
+// internal/webhook; botbox-admission has those (and must, or the split
+// is moot and this test would pass vacuously).
+func TestSidecarLinksNoKubernetes(t *testing.T) {
+	for _, d := range binaryDeps(t, "cmd/botbox") {
+		if isKubernetes(d) || d == module+"/internal/inject" || d == module+"/internal/webhook" {
+			t.Errorf("the botbox sidecar binary links %s; Kubernetes code belongs in cmd/botbox-admission", d)
+		}
+	}
+	admission := binaryDeps(t, "cmd/botbox-admission")
+	for _, want := range []string{"k8s.io/api/core/v1", module + "/internal/inject", module + "/internal/webhook"} {
+		if !slices.Contains(admission, want) {
+			t.Errorf("botbox-admission does not link %s", want)
+		}
 	}
 }
 

@@ -303,6 +303,10 @@ func TestConnectRefusals(t *testing.T) {
 		if got := resp.Header.Get(HeaderReason); got != c.reason {
 			t.Errorf("%s: %s = %q, want %q", c.target, HeaderReason, got, c.reason)
 		}
+		// curl shows a refused CONNECT's headers (-v), never its body.
+		if got := resp.Header.Get(HeaderHint); got != c.hint {
+			t.Errorf("%s: %s = %q, want %q", c.target, HeaderHint, got, c.hint)
+		}
 		recs := e.waitDecisions(i + 1)
 		l := recs[i]
 		if l["method"] != "CONNECT" || l["host"] != c.host || l["port"] != c.port || l["decision"] != "denied_connect" || l["reason"] != c.reason {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -37,7 +38,9 @@ const (
 	// hintConnect is the second line of the CONNECT 405 body: the explicit
 	// proxy carries http:// URLs only (BotBox originates the TLS).
 	hintConnect = "use http:// URLs or enable HTTPS interception"
-	bodyUpgrade = "upgrade not allowed: only websocket"
+	// hintPortNotAllowed is the second line of a port_not_allowed 403.
+	hintPortNotAllowed = "the host is allowed, but not on this port (add it to the rule's allowed_ports)"
+	bodyUpgrade        = "upgrade not allowed: only websocket"
 )
 
 // Reasons of the decision line (and of the X-Botbox-Reason header) that
@@ -68,6 +71,13 @@ const (
 // an origin's), the reason of the decision, so that an agent or its
 // operator can tell a port denial from a host denial without the logs.
 const HeaderReason = "X-Botbox-Reason"
+
+// HeaderHint carries, on a response BotBox generates whose body has a
+// second line (the hint after the reference's message: CONNECT 405,
+// port_not_allowed), that line: a client that shows only headers, such as
+// curl on a refused CONNECT (`curl -v`), still sees the fix. Hints are
+// constants; never a value from the request.
+const HeaderHint = "X-Botbox-Hint"
 
 // failure is what the single error mapper returns: the status and body sent
 // to the client, the upstream_errors label (if any) and the log reason.
@@ -130,6 +140,11 @@ func writePlain(w http.ResponseWriter, status int, body, reason string) {
 	h.Set("Content-Type", "text/plain")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set(HeaderReason, reason)
+	if _, rest, ok := strings.Cut(body, "\n"); ok {
+		if hint, _, _ := strings.Cut(rest, "\n"); hint != "" {
+			h.Set(HeaderHint, hint)
+		}
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(body))
 }

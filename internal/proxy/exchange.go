@@ -51,6 +51,7 @@ type exchange struct {
 	route     int    // index+1 of the route that decided; 0: none
 	path      string // canonical path to forward; "": forward the agent's
 	authority string // upstream authority, e.g. "api.openai.com" or "[::1]:8443"
+	cleartext bool   // plain HTTP to the origin (the rule's upstream_tls: false)
 	rewrites  *rewrite.Set
 	secrets   *secrets.Snapshot
 	rewritten []string

@@ -201,7 +201,25 @@ func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 		h.reject(x, http.StatusBadRequest, bodyInvalidHost, telemetry.DecisionDeniedNoHost, reasonInvalidHost)
 		return
 	}
-	h.forward(r, x, hp, h.gen.Load())
+	g := h.gen.Load()
+	h.forward(r, x, plainDefaultPort(hp, g.Policy), g)
+}
+
+// plainDefaultPort makes an explicit :80 on the plain listener mean what
+// no port means there (the request is evaluated, and sent over TLS, as
+// port 443): http://host:80/ is http://host/ to every HTTP client, and
+// grpc-go sends ":authority host:80" for grpc.Dial("host:80"). The
+// reference refused it as port_not_allowed; a documented difference
+// (docs/differences.md). A rule with upstream_tls: false keeps its :80,
+// the real port of its plain-HTTP origin. TestPlainListenerPort80.
+func plainDefaultPort(hp hostport.HostPort, p *policy.Policy) hostport.HostPort {
+	if !hp.HasPort || hp.Port != 80 {
+		return hp
+	}
+	if r := p.RuleForName(hp.Host); r != nil && r.PlainHTTP {
+		return hp
+	}
+	return hostport.HostPort{Host: hp.Host}
 }
 
 func (h *Handler) serveIntercepted(w http.ResponseWriter, r *http.Request) {
@@ -295,9 +313,13 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 			h.reject(x, http.StatusBadRequest, bodyMethodOverride, telemetry.DecisionDeniedRoute, string(d.Reason))
 		case policy.ReasonRouteDeny, policy.ReasonNoRoute:
 			h.reject(x, http.StatusForbidden, bodyRouteDenied, telemetry.DecisionDeniedRoute, string(d.Reason))
+		case policy.ReasonPortNotAllowed:
+			// The reference's body, then what it does not say: the host is
+			// allowed, the port is not (TestDecisionLines).
+			h.reject(x, http.StatusForbidden, bodyDenied+"\n"+hintPortNotAllowed+"\n", telemetry.DecisionDeny, string(d.Reason))
 		default:
-			// d.Reason tells the agent which fix applies: port_not_allowed
-			// (the host is allowed on another port), rule_deny, default_deny.
+			// d.Reason tells the agent which fix applies: rule_deny,
+			// default_deny.
 			h.reject(x, http.StatusForbidden, bodyDenied, telemetry.DecisionDeny, string(d.Reason))
 		}
 		return
@@ -328,8 +350,8 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		x.upgradeTarget = tunnelTarget{host: hp, method: r.Method, path: path}
 		x.upgradeLimits = newTunnelLimits(g, g.Limits(d))
 	}
-	// Upstream is always TLS; 443 is implied and omitted like the reference (§3.3 step 7).
-	x.authority = hp.Authority(443)
+	dp := dialPolicy(g, d, hp.Host)
+	x.setUpstream(hp, d, dp)
 	if x.rewrites != nil {
 		x.secrets = h.secrets.Snapshot()
 	}
@@ -339,7 +361,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
 	// The address guard judges this request's dials with its generation's
 	// guard and its rule's exceptions.
-	ctx = upstream.WithDialPolicy(ctx, dialPolicy(g, d, hp.Host))
+	ctx = upstream.WithDialPolicy(ctx, dp)
 	if t := g.ResponseHeaderTimeout(d); t > 0 { // the rule's response_header_timeout_ms
 		ctx = upstream.WithResponseHeaderTimeout(ctx, t)
 	}
@@ -353,6 +375,9 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	x := exchangeFrom(pr.In.Context())
 	out := pr.Out
 	out.URL.Scheme = "https"
+	if x.cleartext {
+		out.URL.Scheme = "http"
+	}
 	out.URL.Host = x.authority
 	out.URL.User = nil
 	switch {
@@ -516,6 +541,26 @@ func escapedPath(r *http.Request) string {
 // request decided d under generation g for host: the generation's guard
 // (or none when address_guard is disabled) and the exceptions of the rule
 // that allowed it (none for a default allow or a denial).
+// Cleartext is set when the rule that names the host has upstream_tls:
+// false (allowed or, in report mode, forwarded without credentials).
 func dialPolicy(g *generation.Generation, d policy.Decision, host string) upstream.DialPolicy {
-	return upstream.DialPolicy{Host: host, Guard: g.AddrGuard, Opts: g.AddrOpts(d), Unguarded: g.AddrGuardOff}
+	return upstream.DialPolicy{Host: host, Guard: g.AddrGuard, Opts: g.AddrOpts(d), Unguarded: g.AddrGuardOff,
+		Cleartext: d.Rule != nil && d.Rule.Action == config.ActionAllow && d.Rule.PlainHTTP}
+}
+
+// setUpstream sets where x goes. TLS: hp's authority, 443 implied and
+// omitted like the reference (§3.3 step 7). Plain HTTP (dp.Cleartext): the
+// port the policy evaluated, always written out (443 when the request had
+// none), so the connection goes to exactly the port the rule allowed.
+func (x *exchange) setUpstream(hp hostport.HostPort, d policy.Decision, dp upstream.DialPolicy) {
+	x.cleartext = dp.Cleartext
+	if !x.cleartext {
+		x.authority = hp.Authority(443)
+		return
+	}
+	port := d.Port
+	if port == 0 {
+		port = hp.PortOr(443)
+	}
+	x.authority = hostport.HostPort{Host: hp.Host, Port: port, HasPort: true}.Authority(0)
 }

@@ -157,7 +157,7 @@ func (h *Handler) forwardReport(r *http.Request, x *exchange, hp hostport.HostPo
 	x.rewrites = nil
 	x.hm = h.metrics.ForHost(x.hostLabel)
 	x.upgradeTarget = tunnelTarget{host: hp, method: r.Method, path: escapedPath(r)}
-	x.authority = hp.Authority(443)
+	x.setUpstream(hp, policy.Decision{}, dp)
 	x.trace.GotConn = x.gotConn
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
 	ctx = upstream.WithDialPolicy(ctx, dp)

@@ -491,7 +491,7 @@ func TestPortRules(t *testing.T) {
 		{"api.example.test", 200},
 		{"api.example.test:443", 200},
 		{"api.example.test:8443", 403},
-		{"api.example.test:80", 403},
+		{"api.example.test:80", 200}, // an explicit :80 is the default port (plainDefaultPort)
 		{"ports.example.test:8443", 200},
 		{"ports.example.test", 200},
 		{"ports.example.test:9999", 403},

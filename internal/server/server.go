@@ -337,11 +337,21 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if s.opts.ProbeKeyFile != "" {
-		if err := admin.WriteProbeKey(s.opts.ProbeKeyFile, s.probeKey); err != nil {
+		written, err := admin.WriteProbeKey(s.opts.ProbeKeyFile, s.probeKey)
+		if err != nil {
 			s.closeAll(servers)
 			return err
 		}
-		defer os.Remove(s.opts.ProbeKeyFile)
+		s.logger.Info("probe key written", slog.String(telemetry.KeyFile, written.Path()))
+		// Only the file this Run wrote is removed: a key another
+		// instance put at the same path stays (TestRunRemovesOnlyItsProbeKey).
+		defer func() {
+			if removed, err := written.Remove(); err != nil {
+				s.logger.Warn("could not remove the probe key file", slog.String(telemetry.KeyFile, written.Path()), slog.String(telemetry.KeyError, err.Error()))
+			} else if !removed {
+				s.logger.Info("probe key file replaced by another process; left in place", slog.String(telemetry.KeyFile, written.Path()))
+			}
+		}()
 	}
 
 	for _, a := range s.addrs.Proxy {

@@ -39,6 +39,7 @@ const (
 	KeyPeer       = "peer"        // client address; only on connection errors and limit drops
 	KeyAddr       = "addr"        // a listener's address
 	KeyConfigPath = "config_path" // the config file being loaded
+	KeyFile       = "file"        // another file BotBox writes (the probe key)
 	KeyDir        = "dir"         // a directory BotBox reads or writes (placeholders.dir)
 )
 

@@ -3,12 +3,16 @@ package upstream
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -267,6 +271,13 @@ func TestCheckAddress(t *testing.T) {
 		{"allowed cidr", WithDialPolicy(context.Background(), DialPolicy{Guard: addrguard.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})}), lo, ""},
 		{"allow private", WithDialPolicy(context.Background(), DialPolicy{Opts: addrguard.Opts{AllowPrivate: true}}), priv, ""},
 		{"allow private keeps metadata", WithDialPolicy(context.Background(), DialPolicy{Opts: addrguard.Opts{AllowPrivate: true}}), meta, addrguard.ClassMetadata},
+		{"cleartext refuses public, even unguarded", WithDialPolicy(context.Background(), DialPolicy{Cleartext: true, Unguarded: true}), pub, addrguard.ClassPublic},
+		{"cleartext refuses metadata, even unguarded", WithDialPolicy(context.Background(), DialPolicy{Cleartext: true, Unguarded: true}), meta, addrguard.ClassMetadata},
+		{"cleartext refuses cgnat despite allow private", WithDialPolicy(context.Background(), DialPolicy{Cleartext: true, Opts: addrguard.Opts{AllowPrivate: true}}), netip.MustParseAddrPort("100.64.1.1:80"), addrguard.ClassCGNAT},
+		{"cleartext refuses public under an allowed cidr", WithDialPolicy(context.Background(), DialPolicy{Cleartext: true, Guard: addrguard.New([]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")})}), pub, addrguard.ClassPublic},
+		{"cleartext admits private with allow private", WithDialPolicy(context.Background(), DialPolicy{Cleartext: true, Opts: addrguard.Opts{AllowPrivate: true}}), priv, ""},
+		{"cleartext keeps the guard: loopback still needs a cidr", WithDialPolicy(context.Background(), DialPolicy{Cleartext: true}), lo, addrguard.ClassLoopback},
+		{"cleartext loopback with a cidr", WithDialPolicy(context.Background(), DialPolicy{Cleartext: true, Guard: addrguard.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})}), lo, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -330,5 +341,71 @@ func BenchmarkPoolFor(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tr.poolFor(p)
+	}
+}
+
+// TestCleartextDialRefusesPublicAddress: a plain-HTTP request (a rule's
+// upstream_tls: false) is judged at connect time on the address dialled:
+// its name first resolves to the loopback origin (served, over plain
+// HTTP), then to a public address, which is refused before connect(2)
+// even with address_guard disabled, so nothing is sent in the clear.
+func TestCleartextDialRefusesPublicAddress(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, r.Header.Get("Authorization"))
+	}))
+	defer origin.Close()
+	port := origin.Listener.Addr().(*net.TCPAddr).Port
+	const name = "plain.test"
+	res, queries := rebindingDNS(t, name, netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("203.0.113.9"))
+	tr, err := NewTransport(Options{Guard: CheckAddress, Resolver: res, RootCAs: x509.NewCertPool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.CloseIdleConnections()
+	get := func() (*http.Response, error) {
+		ctx := WithDialPolicy(context.Background(), DialPolicy{Host: name, Cleartext: true, Unguarded: true})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/", name, port), nil)
+		req.Header.Set("Authorization", "Bearer sk-test")
+		return tr.RoundTrip(req)
+	}
+	resp, err := get()
+	if err != nil {
+		t.Fatalf("loopback origin: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "Bearer sk-test" {
+		t.Errorf("origin saw %q", body)
+	}
+	tr.CloseIdleConnections()
+	resp, err = get()
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a plain-HTTP request was sent to a public address")
+	}
+	ge, ok := errors.AsType[*AddressGuardError](err)
+	if !ok || !ge.Cleartext || ge.Class != addrguard.ClassPublic || !strings.Contains(err.Error(), "203.0.113.9") {
+		t.Errorf("error %v, want the cleartext refusal of 203.0.113.9", err)
+	}
+	if queries.Load() < 2 {
+		t.Errorf("%d A queries: the second request did not resolve again", queries.Load())
+	}
+}
+
+// TestAddressGuardHint: the refusal offers allow_private_addresses only
+// for the classes it opens (on ee87e5f every class was offered it).
+func TestAddressGuardHint(t *testing.T) {
+	for class, offers := range map[string]bool{
+		addrguard.ClassLoopback: false, addrguard.ClassMetadata: false, addrguard.ClassLinkLocal: false,
+		addrguard.ClassMetadata + " via nat64": false, addrguard.ClassPrivate: true, addrguard.ClassCGNAT: true,
+		addrguard.ClassULA: true, addrguard.ClassPrivate + " via ipv4_compatible": true,
+	} {
+		msg := (&AddressGuardError{Class: class}).Error()
+		if strings.Contains(msg, "allow_private_addresses") != offers || !strings.Contains(msg, "allowed_cidrs") {
+			t.Errorf("%s: %q", class, msg)
+		}
+	}
+	if msg := (&AddressGuardError{Class: addrguard.ClassPublic, Cleartext: true}).Error(); !strings.Contains(msg, "upstream_tls: false") {
+		t.Errorf("cleartext: %q", msg)
 	}
 }

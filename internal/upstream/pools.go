@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -19,6 +20,7 @@ const maxPools = 32
 // verdict for every address, so a connection dialled for one may carry the
 // other; requests with different keys never share a connection.
 type poolKey struct {
+	cleartext bool
 	unguarded bool
 	guard     string // addrguard.Guard.Key of the request's guard
 	opts      addrguard.Opts
@@ -26,9 +28,9 @@ type poolKey struct {
 
 func keyOf(p DialPolicy) poolKey {
 	if p.Unguarded {
-		return poolKey{unguarded: true}
+		return poolKey{unguarded: true, cleartext: p.Cleartext}
 	}
-	k := poolKey{opts: p.Opts}
+	k := poolKey{opts: p.Opts, cleartext: p.Cleartext}
 	if p.Guard != nil {
 		k.guard = p.Guard.Key()
 	}
@@ -122,6 +124,11 @@ var strictest = addrguard.New(nil)
 // *AddressGuardError.
 func CheckAddress(ctx context.Context, addr netip.AddrPort) error {
 	p, _ := DialPolicyFrom(ctx)
+	if p.Cleartext {
+		if class, ok := addrguard.CleartextAllowed(addr.Addr()); !ok {
+			return &AddressGuardError{Class: class, Cleartext: true}
+		}
+	}
 	if p.Unguarded {
 		return nil
 	}
@@ -141,8 +148,30 @@ type AddressGuardError struct {
 	// Class is the addrguard class of the refused address ("loopback",
 	// "metadata via ipv4_mapped", ...).
 	Class string
+	// Cleartext: refused because the request is plain HTTP
+	// (upstream_tls: false) and addr is not loopback or private.
+	Cleartext bool
 }
 
 func (e *AddressGuardError) Error() string {
+	switch {
+	case e.Cleartext:
+		return fmt.Sprintf("%s address refused for plain HTTP (the rule has upstream_tls: false; only loopback and private origins get plain HTTP, no opt-in changes that)", e.Class)
+	case !openedByAllowPrivate(e.Class):
+		// Loopback, metadata, link-local, ...: allow_private_addresses
+		// never opens them, so the hint does not offer it.
+		return fmt.Sprintf("%s address refused by address_guard (open it with address_guard.allowed_cidrs or an IP/CIDR rule)", e.Class)
+	}
 	return fmt.Sprintf("%s address refused by address_guard (open it with address_guard.allowed_cidrs, an IP/CIDR rule or the rule's allow_private_addresses)", e.Class)
+}
+
+// openedByAllowPrivate reports whether a rule's allow_private_addresses
+// opens addresses of class (a Class, possibly "CLASS via FORM").
+func openedByAllowPrivate(class string) bool {
+	base, _, _ := strings.Cut(class, " via ")
+	switch base {
+	case addrguard.ClassPrivate, addrguard.ClassCGNAT, addrguard.ClassULA, addrguard.ClassSiteLocal:
+		return true
+	}
+	return false
 }

@@ -159,8 +159,16 @@ type DialPolicy struct {
 	// (allow_private_addresses, an IP/CIDR rule's prefix).
 	Opts addrguard.Opts
 	// Unguarded is set when address_guard is disabled: no address is
-	// refused.
+	// refused, except as Cleartext says.
 	Unguarded bool
+	// Cleartext is set for a request sent as plain HTTP (its rule's
+	// upstream_tls: false): every address that is not loopback, RFC 1918
+	// private or ULA is refused (addrguard.CleartextAllowed), whatever the
+	// guard, its opt-ins or Unguarded say, so a request (and the
+	// credential a rule injects) never crosses a public network in the
+	// clear, even when a name resolves somewhere unexpected
+	// (TestCleartextDialRefusesPublicAddress).
+	Cleartext bool
 }
 
 type dialPolicyKey struct{}

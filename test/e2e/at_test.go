@@ -125,7 +125,7 @@ func TestAT006ExplicitProxyNon443PortDenied(t *testing.T) {
 	p := newATPod(t, true)
 	mark := p.mark(t)
 	r := p.app(t, "http", "-proxy", "http://127.0.0.1:8080", "-url", "http://api.example.test:8443/headers")
-	assertStatus(t, "GET http://api.example.test:8443/headers via -x 127.0.0.1:8080", r, http.StatusForbidden, "host not allowed")
+	assertStatus(t, "GET http://api.example.test:8443/headers via -x 127.0.0.1:8080", r, http.StatusForbidden, "host not allowed\nthe host is allowed, but not on this port (add it to the rule's allowed_ports)")
 	p.assertNoTCP(t, mark, p.addr4(8443))
 }
 

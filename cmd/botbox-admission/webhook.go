@@ -10,13 +10,13 @@ import (
 	"github.com/botbox/botbox/internal/webhook"
 )
 
-const webhookUsage = "botbox webhook --tls-cert FILE --tls-key FILE [--listen ADDR] [--metrics-listen ADDR] [inject options]"
+const webhookUsage = "botbox-admission webhook --tls-cert FILE --tls-key FILE [--listen ADDR] [--metrics-listen ADDR] [inject options]"
 
-// runWebhook implements `botbox webhook`: the admission webhook for Pods,
+// runWebhook implements `botbox-admission webhook`: the admission webhook for Pods,
 // injecting (POST /mutate) and enforcing (POST /validate) what
-// `botbox inject` does, with the same options.
+// `botbox-admission inject` does, with the same options.
 func runWebhook(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("botbox webhook", stderr)
+	fs := newFlagSet("botbox-admission webhook", stderr)
 	listen := fs.String("listen", ":8443", "HTTPS `ADDR` of /mutate, /validate and /healthz")
 	metricsListen := fs.String("metrics-listen", ":9090", "plain HTTP `ADDR` of /metrics and /healthz (empty: none)")
 	certFile := fs.String("tls-cert", "", "serving certificate `FILE` (PEM, reloaded when it changes)")
@@ -26,16 +26,16 @@ func runWebhook(ctx context.Context, args []string, getenv func(string) string, 
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if code, ok := noArgs(fs, "botbox webhook", webhookUsage, stderr); !ok {
+	if code, ok := noArgs(fs, "botbox-admission webhook", webhookUsage, stderr); !ok {
 		return code
 	}
 	if *certFile == "" || *keyFile == "" {
-		return usageError(stderr, webhookUsage, "botbox webhook: --tls-cert and --tls-key are required")
+		return usageError(stderr, webhookUsage, "botbox-admission webhook: --tls-cert and --tls-key are required")
 	}
 	level := new(slog.LevelVar)
 	if v := getenv("BOTBOX_LOG_LEVEL"); v != "" {
 		if err := level.UnmarshalText([]byte(v)); err != nil {
-			return usageError(stderr, webhookUsage, "botbox webhook: BOTBOX_LOG_LEVEL %q: want debug, info, warn or error", v)
+			return usageError(stderr, webhookUsage, "botbox-admission webhook: BOTBOX_LOG_LEVEL %q: want debug, info, warn or error", v)
 		}
 	}
 	logger := telemetry.NewLogger(stdout, level)
@@ -44,7 +44,7 @@ func runWebhook(ctx context.Context, args []string, getenv func(string) string, 
 		Options: opts(), Logger: logger,
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
+		fmt.Fprintf(stderr, "botbox-admission webhook: %v\n", err)
 		return exitError
 	}
 	return exitOK

@@ -11,9 +11,9 @@ import (
 	"github.com/botbox/botbox/internal/inject"
 )
 
-const injectUsage = "botbox inject -f FILE|- [--image IMG] [--config-map NAME] [--secret NAME] [--interception] [--ipv6=false] [--dns-guard=false] [--dns-servers IPS] [--allowed-image-registries HOSTS] [--allowed-csi-drivers NAMES] [--placeholders [--placeholders-dir DIR]] [--pass-unknown]"
+const injectUsage = "botbox-admission inject -f FILE|- [--image IMG] [--config-map NAME] [--secret NAME] [--interception] [--ipv6=false] [--dns-guard=false] [--dns-servers IPS] [--allowed-image-registries HOSTS] [--allowed-csi-drivers NAMES] [--placeholders [--placeholders-dir DIR]] [--pass-unknown]"
 
-// injectFlags registers the options `botbox inject` and `botbox webhook`
+// injectFlags registers the options `botbox-admission inject` and `botbox-admission webhook`
 // share; the returned function completes them after parsing.
 func injectFlags(fs *flag.FlagSet) func() inject.Options {
 	d := inject.DefaultOptions()
@@ -51,10 +51,10 @@ func splitList(v string) []string {
 	return out
 }
 
-// runInject implements `botbox inject`: the workloads of FILE ("-" for
+// runInject implements `botbox-admission inject`: the workloads of FILE ("-" for
 // stdin) with BotBox injected, on stdout.
 func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := newFlagSet("botbox inject", stderr)
+	fs := newFlagSet("botbox-admission inject", stderr)
 	file := fs.String("f", "", "`FILE` of YAML documents, - for standard input")
 	opts := injectFlags(fs)
 	passUnknown := fs.Bool("pass-unknown", false, "copy objects of unknown kinds that carry a Pod template unchanged, with a warning, instead of refusing them")
@@ -62,17 +62,17 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if code, ok := noArgs(fs, "botbox inject", injectUsage, stderr); !ok {
+	if code, ok := noArgs(fs, "botbox-admission inject", injectUsage, stderr); !ok {
 		return code
 	}
 	if *file == "" {
-		return usageError(stderr, injectUsage, "botbox inject: -f FILE is required")
+		return usageError(stderr, injectUsage, "botbox-admission inject: -f FILE is required")
 	}
 	in := stdin
 	if *file != "-" {
 		f, err := os.Open(*file)
 		if err != nil {
-			fmt.Fprintf(stderr, "Error: %v\n", err)
+			fmt.Fprintf(stderr, "botbox-admission inject: %v\n", err)
 			return exitError
 		}
 		defer f.Close()
@@ -85,10 +85,10 @@ func runInject(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := inject.YAML(in, stdout, o, inject.ReadOptions{PassUnknown: *passUnknown, Warn: stderr}); err != nil {
 		var refused *inject.RefusedError
 		if errors.As(err, &refused) {
-			fmt.Fprintf(stderr, "Error: %v\n(see docs/deploy.md, \"botbox inject\")\n", err)
+			fmt.Fprintf(stderr, "botbox-admission inject: %v\n(see docs/deploy.md, \"botbox-admission inject\")\n", err)
 			return exitError
 		}
-		fmt.Fprintf(stderr, "Error: %s: %v\n", *file, err)
+		fmt.Fprintf(stderr, "botbox-admission inject: %s: %v\n", *file, err)
 		return exitError
 	}
 	return exitOK

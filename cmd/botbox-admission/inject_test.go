@@ -103,22 +103,3 @@ func TestInjectAndWebhookUsage(t *testing.T) {
 		}
 	}
 }
-
-// TestCANewBundleOut: ca-init's command line as the injector writes it
-// makes the bundle on the first run and again (for the CA already there)
-// with --if-missing; the bundle ends with the CA certificate.
-func TestCANewBundleOut(t *testing.T) {
-	dir := t.TempDir()
-	cert, key, bundle := filepath.Join(dir, "c", "ca.crt"), filepath.Join(dir, "k", "ca.key"), filepath.Join(dir, "c", "ca-bundle.crt")
-	args := []string{"ca", "new", "--cert-out", cert, "--key-out", key, "--days", "365", "--if-missing", "--bundle-out", bundle}
-	for i := range 2 {
-		if code, out, errOut := runArgs(t, nil, args...); code != exitOK || !strings.Contains(out, "wrote "+bundle) {
-			t.Fatalf("run %d: exit %d, stdout %q, stderr %q", i, code, out, errOut)
-		}
-		b, _ := os.ReadFile(bundle)
-		c, _ := os.ReadFile(cert)
-		if !strings.HasSuffix(string(b), string(c)) || strings.Count(string(b), "BEGIN CERTIFICATE") < 100 {
-			t.Errorf("run %d: the bundle is not the roots followed by the CA", i)
-		}
-	}
-}
