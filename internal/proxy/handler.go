@@ -95,7 +95,7 @@ type Handler struct {
 	connect    connectSetup
 	// placeholders is nil when placeholders are off.
 	placeholders PlaceholderSource
-	scrubs       *scrub.Cache[scrubKey]
+	scrubs       *scrub.Cache[*secrets.Snapshot]
 }
 
 // defaultTunnelIdle applies when Options.Config has no tunnel idle timeout
@@ -124,7 +124,7 @@ func New(opts Options) (*Handler, error) {
 		connect:    newConnectSetup(opts),
 
 		placeholders: opts.Placeholders,
-		scrubs:       scrub.NewCache[scrubKey](scrubCacheSize),
+		scrubs:       scrub.NewCache[*secrets.Snapshot](scrubCacheSize),
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -316,7 +316,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if d.Rule != nil {
 		x.hostLabel = d.Rule.Host
 		x.rewrites = g.Rewrites(d)
-		x.scrubOn = d.Rule.ScrubResponses
+		x.scrubOn = d.Rule.ScrubResponses && (d.Rule.ScrubAlways || injectsSecret(&d.Rule.Rule))
 	} else {
 		x.hostLabel = telemetry.HostDefaultAllow
 	}
@@ -324,7 +324,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	x.hm.Requests.Inc()
 	// Upstream is always TLS; 443 is implied and omitted like the reference (§3.3 step 7).
 	x.authority = hp.Authority(443)
-	if x.rewrites != nil {
+	if x.rewrites != nil || x.scrubOn {
 		x.secrets = h.secrets.Snapshot()
 	}
 	// GotConn runs for new and reused connections alike, HTTP/1 and
@@ -372,6 +372,9 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	// No X-Forwarded-*: the origin must not learn the Pod's internals, and
 	// the reference adds none.
 	if x.rewrites == nil {
+		if x.scrubOn {
+			h.prepareScrub(x, out)
+		}
 		return
 	}
 	if err := h.swapPlaceholders(pr, x); err != nil {
