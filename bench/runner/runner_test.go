@@ -239,3 +239,30 @@ func TestGuardOffVariant(t *testing.T) {
 		}
 	}
 }
+
+// TestInjectOffVariants: inject=off removes every header rewrite of the
+// benchmark's rules; with scrub=all each rule asks for scrubbing instead
+// (config.Rule.ScrubAlways); neither is passed on as an environment
+// variable.
+func TestInjectOffVariants(t *testing.T) {
+	t.Parallel()
+	base := "secrets_dir: /s\negress_policy:\n  rules:\n    - host: localhost\n      action: allow\n" + injectBlock
+	for _, tt := range []struct {
+		envs           []string
+		rewrites, scrb bool
+	}{
+		{[]string{"GOGC=400"}, true, false},
+		{[]string{injectOffEnv, "GOGC=400"}, false, false},
+		{[]string{injectOffEnv, scrubAllEnv, "GOGC=400"}, false, true},
+	} {
+		y, envs := applyInjectEnv(base, tt.envs)
+		cfg, err := config.Parse([]byte(y))
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tt.envs, err, y)
+		}
+		r := cfg.Policy.Rules[0]
+		if (len(r.HeaderRewrites) > 0) != tt.rewrites || r.ScrubAlways != tt.scrb || !slices.Equal(envs, []string{"GOGC=400"}) {
+			t.Errorf("%v: rewrites %d, scrub always %v, envs %v", tt.envs, len(r.HeaderRewrites), r.ScrubAlways, envs)
+		}
+	}
+}
