@@ -247,6 +247,7 @@ func (s *responseScrub) scrubResponse(resp *http.Response) error {
 	}
 	s.resp = resp
 	s.body.Reset(s.m, resp.Body, s, scrub.FramingOf(resp.Header.Get("Content-Type")))
+	s.body.SetLength(resp.ContentLength)
 	resp.Body = &s.body
 	return nil
 }

@@ -1,6 +1,7 @@
 package scrub
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -24,9 +25,8 @@ type Matcher struct {
 	// transitions loop on every state.
 	class [256]uint8
 	ncls  int
-	// delta[s+class] is the next state, s being a state's id times ncls,
-	// with matchFlag set when that state ends an occurrence: the DFA (goto
-	// plus failure links resolved).
+	// delta[s&stateMask+class] is the next state (see matchFlag), s being
+	// a state's id times ncls: the DFA (goto plus failure links resolved).
 	delta  []uint32
 	starts [256]bool
 	// match[state] is the length of the longest pattern that is a suffix
@@ -36,12 +36,26 @@ type Matcher struct {
 	ref    []uint16
 	depth  []uint16
 	maxLen int
+	// shift[blockHash(b1, b2, b3)] is how far scan may skip when a window
+	// of win bytes without CR or LF ends with the block b1 b2 b3
+	// (Wu–Manber): win-1 minus the last index at which a block of that
+	// hash ends within some pattern's first win bytes, or win-2 if none.
+	shift *[1 << 16]uint8
+	win   int // min(shortest pattern, 256)
 	// wholeOnly lists the refs whose fragments did not fit in MaxStates.
 	wholeOnly []string
 }
 
-// matchFlag marks a transition into a state that ends an occurrence.
-const matchFlag = 1 << 31
+// A transition (delta's entry, and scan's state) is the target state's id
+// times ncls in its low bits (at most MaxStates*256 = 1<<24), the target's
+// depth (capped at depthMax) above them, and matchFlag when the target
+// ends an occurrence.
+const (
+	matchFlag  = 1 << 31
+	depthShift = 24
+	depthMax   = 127
+	stateMask  = 1<<depthShift - 1
+)
 
 // ErrTooLarge is returned by Compile for a pattern set beyond MaxStates.
 var ErrTooLarge = errors.New("scrub: pattern set too large")
@@ -185,6 +199,7 @@ func compileGroups(groups []patternGroup) (*Matcher, error) {
 		}
 	}
 	t := &trie{nodes: []trieNode{{next: map[int]int{}}}}
+	var placedPs []Pattern // the patterns placed
 	for _, g := range groups {
 		placed := false
 		for i, ps := range [][]Pattern{g.first, g.fallback} {
@@ -203,6 +218,7 @@ func compileGroups(groups []patternGroup) (*Matcher, error) {
 				continue
 			}
 			placed = true
+			placedPs = append(placedPs, ps...)
 			if i == 1 {
 				m.wholeOnly = append(m.wholeOnly, g.ref)
 			}
@@ -254,9 +270,28 @@ func compileGroups(groups []patternGroup) (*Matcher, error) {
 	}
 	m.delta = make([]uint32, len(delta))
 	for i, t := range delta {
-		m.delta[i] = uint32(t) * uint32(m.ncls)
-		if m.match[t] != 0 && i%m.ncls != 1 {
+		m.delta[i] = uint32(t)*uint32(m.ncls) | uint32(min(m.depth[t], depthMax))<<depthShift
+		if m.match[t] != 0 {
+			// Also on the CR/LF loop of a match state: the run goes on
+			// (masking again the bytes already masked).
 			m.delta[i] |= matchFlag
+		}
+	}
+	m.win = min(m.maxLen, 256)
+	for _, p := range placedPs {
+		m.win = min(m.win, len(stripLineBreaks(p.Bytes)))
+	}
+	if m.win >= 4 {
+		m.shift = new([1 << 16]uint8)
+		for i := range m.shift {
+			m.shift[i] = uint8(m.win - 2)
+		}
+		for _, p := range placedPs {
+			b := stripLineBreaks(p.Bytes)
+			for j := 2; j < m.win; j++ { // the triple ends at index j
+				k := blockHash(b[j-2], b[j-1], b[j])
+				m.shift[k] = min(m.shift[k], uint8(m.win-1-j))
+			}
 		}
 	}
 	return m, nil
@@ -279,6 +314,14 @@ func (m *Matcher) MaxLen() int { return m.maxLen }
 // Refs returns the secret_refs of the patterns, in first-seen order.
 func (m *Matcher) Refs() []string { return append([]string(nil), m.refs...) }
 
+// It skips ahead Wu–Manber style: for the window of win bytes starting at
+// p, where the partial occurrence in progress (if any) starts, when the
+// window holds no CR or LF, no occurrence can start before
+// p+shift[last three bytes] (an occurrence starting there would hold that
+// block closer to its start than any pattern does); past the current byte,
+// the scan resumes at the root there (TestScanIsExact compares with trying
+// every pattern at every position).
+//
 // scan runs the automaton from state over b[from:], masks every occurrence
 // in b if mask is set (an occurrence may begin before from, in bytes the
 // caller kept from earlier scans; bytes before b are not touched) and calls
@@ -291,7 +334,33 @@ func (m *Matcher) Refs() []string { return append([]string(nil), m.refs...) }
 func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, sink hitSink) uint32 {
 	s := state
 	delta, class := m.delta, &m.class
+	// inRun: the last transition ended an occurrence. The windows of one
+	// run of fragments follow each other, each from a match state (CR and
+	// LF keep it): the run is one occurrence to report.
+	inRun := m.match[(s&stateMask)/uint32(m.ncls)] != 0
+	shift, last := m.shift, m.win-1
+	lineBreak := -1 // index of the next CR or LF at or after p (len(b): none)
 	for i := from; i < len(b); i++ {
+		if shift != nil {
+			// The partial occurrence in progress starts at p; if the
+			// window of win bytes there has no line break and its last
+			// pair says no occurrence starts before p+d, with d beyond
+			// i, nothing in progress can complete: go on at p+d, at the
+			// root.
+			if k := int(s >> depthShift); k <= last {
+				if p := i - k; p >= 0 && p+last < len(b) && last >= 2 {
+					if lineBreak < p {
+						lineBreak = nextLineBreak(b, p)
+					}
+					if p+last < lineBreak {
+						if d := int(shift[blockHash(b[p+last-2], b[p+last-1], b[p+last])]); d > k {
+							i, s, inRun = p+d-1, 0, false
+							continue
+						}
+					}
+				}
+			}
+		}
 		if s == 0 {
 			for i < len(b) && !m.starts[b[i]] {
 				i++
@@ -300,23 +369,40 @@ func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, sink hitSink
 				break
 			}
 		}
-		prev := s
-		s = delta[s+uint32(class[b[i]])]
-		if s&matchFlag != 0 {
-			s &^= matchFlag
-			id := s / uint32(m.ncls)
-			l := int(m.match[id])
-			if mask {
-				maskBack(b, i, l)
-			}
-			if sink != nil {
-				// The windows of one run of fragments follow each other,
-				// each from a match state: the run is one occurrence.
-				sink.hit(i, l, int(m.ref[id]), m.match[prev/uint32(m.ncls)] == 0)
-			}
+		s = delta[(s&stateMask)+uint32(class[b[i]])]
+		if s&matchFlag == 0 {
+			inRun = false
+			continue
 		}
+		s &^= matchFlag
+		id := (s & stateMask) / uint32(m.ncls)
+		l := int(m.match[id])
+		if mask {
+			maskBack(b, i, l)
+		}
+		if sink != nil {
+			sink.hit(i, l, int(m.ref[id]), !inRun)
+		}
+		inRun = true
 	}
 	return s
+}
+
+// blockHash is the shift table's index of a block of three bytes
+// (collisions only shorten a skip).
+func blockHash(a, b, c byte) uint16 { return uint16(a)<<9 ^ uint16(b)<<4 ^ uint16(c) }
+
+// nextLineBreak returns the index of the first CR or LF in b at or after
+// from, or len(b).
+func nextLineBreak(b []byte, from int) int {
+	n := len(b)
+	if i := bytes.IndexByte(b[from:], '\n'); i >= 0 {
+		n = from + i
+	}
+	if i := bytes.IndexByte(b[from:n], '\r'); i >= 0 {
+		n = from + i
+	}
+	return n
 }
 
 // maskBack masks the l bytes other than CR and LF that end at b[end],
@@ -356,7 +442,7 @@ func (m *Matcher) Hold() int { return m.maxLen - 1 + 2 }
 
 // depthOf is the length of the partial occurrence a stream in state s is
 // inside (0: none).
-func (m *Matcher) depthOf(s uint32) int { return int(m.depth[s/uint32(m.ncls)]) }
+func (m *Matcher) depthOf(s uint32) int { return int(m.depth[(s&stateMask)/uint32(m.ncls)]) }
 
 // WholeOnly returns the secret_refs whose fragments did not fit in
 // MaxStates: they are matched whole, in every form.
@@ -369,7 +455,7 @@ func (m *Matcher) Contains(s string) bool {
 	}
 	var st uint32
 	for i := 0; i < len(s); i++ {
-		st = m.delta[st+uint32(m.class[s[i]])]
+		st = m.delta[(st&stateMask)+uint32(m.class[s[i]])]
 		if st&matchFlag != 0 {
 			return true
 		}

@@ -82,6 +82,10 @@ type Reader struct {
 	// An underlying Read in flight on its own goroutine, into buf[Hold():].
 	pending bool
 	res     chan readResult
+	// left is how many bytes the body has still to give (SetLength; -1:
+	// unknown): at 0 the next Read returns the end at once, so it is
+	// made here rather than on a goroutine with a timer.
+	left int64
 	// gRPC framing: prefix bytes seen of the current message, its prefix,
 	// and payload bytes left. SSE: the last byte other than CR was LF.
 	gseen   int
@@ -125,7 +129,19 @@ func (z *Reader) Reset(m *Matcher, r io.Reader, hooks Hooks, framing Framing) {
 	if z.pending {
 		buf = nil // the old stream's Read still writes into it
 	}
-	*z = Reader{m: m, r: r, hooks: hooks, framing: framing, timeout: HoldTimeout, held: z.held[:0], buf: buf}
+	*z = Reader{m: m, r: r, hooks: hooks, framing: framing, timeout: HoldTimeout, held: z.held[:0], buf: buf, left: -1}
+}
+
+// SetLength declares the body's length (a Content-Length; -1: unknown),
+// so that the Read that only returns the end is not timed: the underlying
+// reader must end there (net/http's response bodies do).
+func (z *Reader) SetLength(n int64) { z.left = n }
+
+// consumed counts n bytes read from the underlying reader.
+func (z *Reader) consumed(n int) {
+	if z.left > 0 {
+		z.left = max(z.left-int64(n), 0)
+	}
 }
 
 func (z *Reader) hit(_, _, ref int, first bool) {
@@ -152,6 +168,7 @@ func (z *Reader) Read(p []byte) (int, error) {
 			// Nothing held, so nothing waits on a timer: read and scan
 			// in the caller's buffer.
 			n, err := z.r.Read(p)
+			z.consumed(n)
 			released := z.process(p[:n], 0, err)
 			if released > 0 || err != nil {
 				return released, z.err
@@ -170,11 +187,15 @@ func (z *Reader) readHeld() {
 	if z.buf == nil {
 		z.buf = make([]byte, off+32<<10)
 	}
-	if !z.pending && len(z.held) == 0 {
-		// Nothing held: nothing to time, read here.
+	if !z.pending && (len(z.held) == 0 || z.left == 0) {
+		// Nothing held, or only the end to come: nothing to time, read
+		// here.
+		h := len(z.held)
 		n, err := z.r.Read(z.buf[off:])
-		b := z.buf[off : off+n]
-		z.out = b[:z.process(b, 0, err)]
+		z.consumed(n)
+		b := z.buf[off-h : off+n]
+		copy(b, z.held)
+		z.out = b[:z.process(b, h, err)]
 		return
 	}
 	if !z.pending {
@@ -208,6 +229,7 @@ func (z *Reader) readHeld() {
 		rr = <-z.res
 	}
 	z.pending = false
+	z.consumed(rr.n)
 	h := len(z.held)
 	b := z.buf[off-h : off+rr.n]
 	copy(b, z.held)
