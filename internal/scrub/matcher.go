@@ -444,6 +444,13 @@ func (m *Matcher) Hold() int { return m.maxLen - 1 + 2 }
 // inside (0: none).
 func (m *Matcher) depthOf(s uint32) int { return int(m.depth[(s&stateMask)/uint32(m.ncls)]) }
 
+// stalledIn reports whether a stream in state s, whose held tail a timer
+// released, paused inside a partial occurrence of StallDepth bytes or more
+// (or of all but the last byte of the longest pattern, if shorter).
+func (m *Matcher) stalledIn(s uint32) bool {
+	return s != 0 && m.depthOf(s) >= min(StallDepth, m.maxLen-1)
+}
+
 // WholeOnly returns the secret_refs whose fragments did not fit in
 // MaxStates: they are matched whole, in every form.
 func (m *Matcher) WholeOnly() []string { return slices.Clone(m.wholeOnly) }

@@ -79,9 +79,9 @@ type Reader struct {
 	out     []byte // released bytes not yet returned
 	buf     []byte // read buffer when bytes are held, allocated on first need
 	err     error
-	// An underlying Read in flight on its own goroutine, into buf[Hold():].
-	pending bool
-	res     chan readResult
+	// async is the underlying Read while a held tail waits for the timer
+	// (into buf[Hold():]).
+	async asyncRead
 	// left is how many bytes the body has still to give (SetLength; -1:
 	// unknown): at 0 the next Read returns the end at once, so it is
 	// made here rather than on a goroutine with a timer.
@@ -97,6 +97,45 @@ type Reader struct {
 type readResult struct {
 	n   int
 	err error
+}
+
+// asyncRead is an underlying Read that may outlive a wait: it runs on a
+// goroutine of its own, into a buffer its caller leaves alone until the
+// result is taken, and it ends when the underlying reader returns (a
+// response body returns at its Close).
+type asyncRead struct {
+	res     chan readResult
+	pending bool
+}
+
+// wait starts r.Read(dst) unless one is in flight, and returns its result;
+// with timeout > 0 it gives up after timeout (ok false), the Read staying
+// in flight for the next wait (with the same dst).
+func (a *asyncRead) wait(r io.Reader, dst []byte, timeout time.Duration) (rr readResult, ok bool) {
+	if !a.pending {
+		if a.res == nil {
+			a.res = make(chan readResult, 1)
+		}
+		a.pending = true
+		res := a.res
+		go func() {
+			n, err := r.Read(dst)
+			res <- readResult{n, err}
+		}()
+	}
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case rr = <-a.res:
+		case <-t.C:
+			return readResult{}, false
+		}
+	} else {
+		rr = <-a.res
+	}
+	a.pending = false
+	return rr, true
 }
 
 // Hooks is what a Reader reports to.
@@ -126,7 +165,7 @@ func (m *Matcher) NewReader(r io.Reader, hooks Hooks) *Reader {
 // may embed a Reader in its per-request state and spare the allocation.
 func (z *Reader) Reset(m *Matcher, r io.Reader, hooks Hooks, framing Framing) {
 	buf := z.buf
-	if z.pending {
+	if z.async.pending {
 		buf = nil // the old stream's Read still writes into it
 	}
 	*z = Reader{m: m, r: r, hooks: hooks, framing: framing, timeout: HoldTimeout, held: z.held[:0], buf: buf, left: -1}
@@ -164,7 +203,7 @@ func (z *Reader) Read(p []byte) (int, error) {
 		if z.err != nil {
 			return 0, z.err
 		}
-		if len(z.held) == 0 && !z.pending && len(p) >= 2*z.m.Hold()+64 {
+		if len(z.held) == 0 && !z.async.pending && len(p) >= 2*z.m.Hold()+64 {
 			// Nothing held, so nothing waits on a timer: read and scan
 			// in the caller's buffer.
 			n, err := z.r.Read(p)
@@ -187,7 +226,7 @@ func (z *Reader) readHeld() {
 	if z.buf == nil {
 		z.buf = make([]byte, off+32<<10)
 	}
-	if !z.pending && (len(z.held) == 0 || z.left == 0) {
+	if !z.async.pending && (len(z.held) == 0 || z.left == 0) {
 		// Nothing held, or only the end to come: nothing to time, read
 		// here.
 		h := len(z.held)
@@ -198,37 +237,21 @@ func (z *Reader) readHeld() {
 		z.out = b[:z.process(b, h, err)]
 		return
 	}
-	if !z.pending {
-		if z.res == nil {
-			z.res = make(chan readResult, 1)
-		}
-		z.pending = true
-		r, dst, res := z.r, z.buf[off:], z.res
-		go func() {
-			n, err := r.Read(dst)
-			res <- readResult{n, err}
-		}()
+	timeout := z.timeout
+	if len(z.held) == 0 {
+		timeout = 0 // nothing to release: wait for the bytes
 	}
-	var rr readResult
-	if len(z.held) > 0 && z.timeout > 0 {
-		t := time.NewTimer(z.timeout)
-		select {
-		case rr = <-z.res:
-			t.Stop()
-		case <-t.C:
-			// Released as they are: the same delay whatever they are.
-			if z.hooks != nil && z.m.depthOf(z.state) >= min(StallDepth, z.m.maxLen-1) && z.state != 0 {
-				z.hooks.Stalled()
-			}
-			// The state goes on: bytes completing the occurrence are
-			// still masked.
-			z.out, z.held = z.held, nil
-			return
+	rr, ok := z.async.wait(z.r, z.buf[off:], timeout)
+	if !ok {
+		// Released as they are: the same delay whatever they are.
+		if z.hooks != nil && z.m.stalledIn(z.state) {
+			z.hooks.Stalled()
 		}
-	} else {
-		rr = <-z.res
+		// The state goes on: bytes completing the occurrence are still
+		// masked.
+		z.out, z.held = z.held, nil
+		return
 	}
-	z.pending = false
 	z.consumed(rr.n)
 	h := len(z.held)
 	b := z.buf[off-h : off+rr.n]

@@ -59,8 +59,7 @@ type FrameReader struct {
 	ctrlHdr, ctrlAt int
 	err             error
 	buf             []byte
-	pending         bool
-	res             chan readResult
+	async           asyncRead
 }
 
 type seg struct {
@@ -124,44 +123,27 @@ func (f *FrameReader) Read(p []byte) (int, error) {
 // waits at most the timeout: ok false means the timer fired and released
 // them (the Read stays in flight for the next call).
 func (f *FrameReader) next() (int, error, bool) {
-	if !f.pending && len(f.pend) == 0 {
+	if !f.async.pending && len(f.pend) == 0 {
 		n, err := f.r.Read(f.buf)
 		return n, err, true
 	}
-	if !f.pending {
-		if f.res == nil {
-			f.res = make(chan readResult, 1)
-		}
-		f.pending = true
-		r, dst, res := f.r, f.buf, f.res
-		go func() {
-			n, err := r.Read(dst)
-			res <- readResult{n, err}
-		}()
+	timeout := f.timeout
+	if len(f.pend) == 0 {
+		timeout = 0 // nothing to release: wait for the bytes
 	}
-	var rr readResult
-	if len(f.pend) > 0 && f.timeout > 0 {
-		t := time.NewTimer(f.timeout)
-		select {
-		case rr = <-f.res:
-			t.Stop()
-		case <-t.C:
-			if f.stalled != nil && f.state != 0 && f.m.depthOf(f.state) >= min(StallDepth, f.m.maxLen-1) {
-				f.stalled()
-			}
-			f.release()
-			if f.ready == 0 {
-				// Only a control frame in progress is held: it is
-				// scanned whole, so wait for it.
-				rr = <-f.res
-				break
-			}
+	rr, ok := f.async.wait(f.r, f.buf, timeout)
+	if !ok {
+		if f.stalled != nil && f.m.stalledIn(f.state) {
+			f.stalled()
+		}
+		f.release()
+		if f.ready > 0 {
 			return 0, nil, false
 		}
-	} else {
-		rr = <-f.res
+		// Only a control frame in progress is held: it is scanned whole,
+		// so wait for it.
+		rr, _ = f.async.wait(f.r, f.buf, 0)
 	}
-	f.pending = false
 	return rr.n, rr.err, true
 }
 
