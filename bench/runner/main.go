@@ -398,8 +398,8 @@ const (
 )
 
 // injectOffEnv, as an element of a BOTBOX_VARIANTS environment list
-// ("noinject=inject=off"), runs that variant with rules that inject
-// nothing; with scrubAllEnv as well ("scruball=inject=off,scrub=all")
+// ("noinject=inject=off"), runs that variant with rules that inject no
+// secret (the token as a static value); with scrubAllEnv as well ("scruball=inject=off,scrub=all")
 // each rule says scrub_responses: true, so every response is scrubbed
 // for the secrets of the directory although nothing was injected.
 const (
@@ -409,18 +409,20 @@ const (
 )
 
 // applyInjectEnv removes injectOffEnv and scrubAllEnv from envs and
-// applies them to cfg: no rule injects; with scrubAllEnv each rule says
-// scrub_responses: true instead.
+// applies them to cfg: no rule injects a secret (the token goes as a
+// static header value, as the origin wants it); with scrubAllEnv each
+// rule says scrub_responses: true as well.
 func applyInjectEnv(cfg string, envs []string) (string, []string) {
 	i := slices.Index(envs, injectOffEnv)
 	if i < 0 {
 		return cfg, envs
 	}
 	envs = slices.Delete(slices.Clone(envs), i, i+1)
-	repl := ""
+	// The origin wants the token: sent as a static value, not a secret.
+	repl := "      header_rewrites:\n        - name: Authorization\n          value: \"Bearer " + token + "\"\n"
 	if j := slices.Index(envs, scrubAllEnv); j >= 0 {
 		envs = slices.Delete(envs, j, j+1)
-		repl = "      scrub_responses: true\n"
+		repl += "      scrub_responses: true\n"
 	}
 	return strings.ReplaceAll(cfg, injectBlock, repl), envs
 }

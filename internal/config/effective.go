@@ -177,7 +177,7 @@ func (c *Config) Effective() ([]byte, error) {
 		if rl := r.RateLimit; rl != nil {
 			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
 		}
-		if r.Action == ActionAllow && (len(r.HeaderRewrites) > 0 || r.ScrubAlways) {
+		if r.Action == ActionAllow && (r.InjectsSecret() || r.ScrubAlways) {
 			// Shown where it acts: a rule that injects a secret, or one
 			// that asked for scrubbing without injecting.
 			er.ScrubResponses = &r.ScrubResponses

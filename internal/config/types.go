@@ -155,10 +155,10 @@ type Rule struct {
 	// scrub); true unless the rule says scrub_responses: false. Always
 	// false for a deny rule.
 	ScrubResponses bool
-	// ScrubAlways (scrub_responses: true written out on a rule without
-	// header_rewrites) scrubs this rule's responses for every secret BotBox
-	// holds although the rule injects none; unset, a rule that injects
-	// nothing is not scrubbed.
+	// ScrubAlways (scrub_responses: true written out on a rule that
+	// injects no secret: InjectsSecret false) scrubs this rule's responses
+	// for every secret BotBox holds although the rule injects none; unset,
+	// a rule that injects nothing is not scrubbed.
 	ScrubAlways bool
 	// AllowPrivateAddresses (allow rules only) lets the address guard dial
 	// private, CGNAT, ULA and site-local addresses for requests this rule
@@ -197,6 +197,18 @@ const (
 	// report_deny.
 	ModeReport Mode = "report"
 )
+
+// InjectsSecret reports whether one of the rule's header rewrites fills a
+// secret (a secret_ref), the rules whose responses are scrubbed by
+// default.
+func (r *Rule) InjectsSecret() bool {
+	for i := range r.HeaderRewrites {
+		if r.HeaderRewrites[i].SecretRef != "" {
+			return true
+		}
+	}
+	return false
+}
 
 // HeaderRewrite is one header_rewrites entry.
 type HeaderRewrite struct {

@@ -385,7 +385,7 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 		r.ScrubResponses = w.ScrubResponses == nil || *w.ScrubResponses
 		// Meaningful only where nothing is injected (a rule that injects is
 		// scrubbed anyway): Effective then round-trips.
-		r.ScrubAlways = w.ScrubResponses != nil && *w.ScrubResponses && len(r.HeaderRewrites) == 0
+		r.ScrubAlways = w.ScrubResponses != nil && *w.ScrubResponses && !r.InjectsSecret()
 	}
 	if w.AllowPrivateAddresses != nil {
 		r.AllowPrivateAddresses = *w.AllowPrivateAddresses

@@ -316,7 +316,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if d.Rule != nil {
 		x.hostLabel = d.Rule.Host
 		x.rewrites = g.Rewrites(d)
-		x.scrubOn = d.Rule.ScrubResponses && (d.Rule.ScrubAlways || injectsSecret(&d.Rule.Rule))
+		x.scrubOn = d.Rule.ScrubResponses && (d.Rule.ScrubAlways || d.Rule.InjectsSecret())
 	} else {
 		x.hostLabel = telemetry.HostDefaultAllow
 	}

@@ -28,7 +28,6 @@ import (
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/scrub"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -117,16 +116,6 @@ func snapshotSecrets(snap *secrets.Snapshot) []scrub.Secret {
 		}
 	}
 	return out
-}
-
-// injectsSecret reports whether a rule's header rewrites inject a secret.
-func injectsSecret(r *config.Rule) bool {
-	for i := range r.HeaderRewrites {
-		if r.HeaderRewrites[i].SecretRef != "" {
-			return true
-		}
-	}
-	return false
 }
 
 // dropExtension removes every offer of extension name from a
