@@ -203,12 +203,14 @@ func (z *Reader) Read(p []byte) (int, error) {
 		if z.err != nil {
 			return 0, z.err
 		}
-		if len(z.held) == 0 && !z.async.pending && len(p) >= 2*z.m.Hold()+64 {
-			// Nothing held, so nothing waits on a timer: read and scan
-			// in the caller's buffer.
-			n, err := z.r.Read(p)
+		if !z.async.pending && (len(z.held) == 0 || z.left == 0) && len(p) >= 2*z.m.Hold()+64 {
+			// Nothing held, or only the end to come: nothing waits on a
+			// timer. Read and scan in the caller's buffer, after the held
+			// bytes.
+			h := copy(p, z.held)
+			n, err := z.r.Read(p[h:])
 			z.consumed(n)
-			released := z.process(p[:n], 0, err)
+			released := z.process(p[:h+n], h, err)
 			if released > 0 || err != nil {
 				return released, z.err
 			}
