@@ -29,7 +29,12 @@
 #       "guard=off" runs with address_guard disabled, beside the default
 #       (guard on): BOTBOX_VARIANTS="guardoff=guard=off"; the element
 #       "placeholders=on" turns placeholders and the tripwire on:
-#       BOTBOX_VARIANTS="ph=placeholders=on")
+#       BOTBOX_VARIANTS="ph=placeholders=on"; the element "inject=off" runs
+#       rules that inject nothing, and with "scrub=all" too each of them
+#       says scrub_responses: true:
+#       BOTBOX_VARIANTS="noinject=inject=off;scruball=inject=off,scrub=all";
+#       a variant named "base" running a baseline binary adds the budget
+#       lines "BotBox / base": BOTBOX_VARIANTS="base=@/tmp/botbox-ee87e5f")
 #   PROFILE=DIR   BotBox runs as bench/profile (the same server code with
 #       pprof); DIR/cpu.prof and DIR/allocs.prof are written when it stops
 set -euo pipefail

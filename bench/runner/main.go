@@ -338,6 +338,7 @@ egress_policy:
 		envs = slices.Delete(envs, i, i+1)
 		cfg = strings.ReplaceAll(cfg, "          secret_ref: origin-token\n", "          secret_ref: origin-token\n      scrub_responses: false\n")
 	}
+	cfg, envs = applyInjectEnv(cfg, envs)
 	file := r.path(name + ".yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return err
@@ -395,6 +396,36 @@ const (
 	scrubOffEnv  = "scrub=off"
 	scrubOffName = "botbox-scrub-off"
 )
+
+// injectOffEnv, as an element of a BOTBOX_VARIANTS environment list
+// ("noinject=inject=off"), runs that variant with rules that inject no
+// secret (the token as a static value); with scrubAllEnv as well ("scruball=inject=off,scrub=all")
+// each rule says scrub_responses: true, so every response is scrubbed
+// for the secrets of the directory although nothing was injected.
+const (
+	injectOffEnv = "inject=off"
+	scrubAllEnv  = "scrub=all"
+	injectBlock  = "      header_rewrites:\n        - name: Authorization\n          value: \"Bearer {value}\"\n          secret_ref: origin-token\n"
+)
+
+// applyInjectEnv removes injectOffEnv and scrubAllEnv from envs and
+// applies them to cfg: no rule injects a secret (the token goes as a
+// static header value, as the origin wants it); with scrubAllEnv each
+// rule says scrub_responses: true as well.
+func applyInjectEnv(cfg string, envs []string) (string, []string) {
+	i := slices.Index(envs, injectOffEnv)
+	if i < 0 {
+		return cfg, envs
+	}
+	envs = slices.Delete(slices.Clone(envs), i, i+1)
+	// The origin wants the token: sent as a static value, not a secret.
+	repl := "      header_rewrites:\n        - name: Authorization\n          value: \"Bearer " + token + "\"\n"
+	if j := slices.Index(envs, scrubAllEnv); j >= 0 {
+		envs = slices.Delete(envs, j, j+1)
+		repl += "      scrub_responses: true\n"
+	}
+	return strings.ReplaceAll(cfg, injectBlock, repl), envs
+}
 
 // policyV2Env, as an element of a BOTBOX_VARIANTS environment list
 // ("policyv2=policy=v2"), runs that variant under addPolicyV2's policy.

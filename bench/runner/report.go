@@ -223,6 +223,21 @@ func (r *runner) targetsSummary() string {
 		v, ok = med("small", "botbox", scrubOffName, n, func(c cell) float64 { return c.cpuUS })
 		check(fmt.Sprintf("small c=%d: CPU/req scrub on / scrub off", n), v, ok, "≤ 1.10", v <= 1.10)
 	}
+	// Issue 18: this build against a baseline binary run as the variant
+	// "base" (BOTBOX_VARIANTS="base=@/path/to/botbox"), and scrubbing the
+	// responses of rules that inject nothing ("noinject", "scruball").
+	for _, n := range []int{1, 16, 128} {
+		v, ok = med("small", "botbox", "botbox-base", n, func(c cell) float64 { return c.cpuUS })
+		check(fmt.Sprintf("small c=%d: CPU/req BotBox / base", n), v, ok, "≤ 1.10", v <= 1.10)
+	}
+	v, ok = med("stream", "botbox", "botbox-base", 1, func(c cell) float64 { return c.mibps })
+	check("256 MiB stream: MiB/s BotBox / base", v, ok, "≥ 0.9", v >= 0.9)
+	v, ok = med("stream", "botbox", "botbox-base", 1, func(c cell) float64 { return c.cpuUS })
+	check("256 MiB stream: CPU/MiB BotBox / base", v, ok, "info", true)
+	for _, n := range []int{1, 16, 128} {
+		v, ok = med("small", "botbox-scruball", "botbox-noinject", n, func(c cell) float64 { return c.cpuUS })
+		check(fmt.Sprintf("small c=%d: CPU/req scrub all / none (no injection)", n), v, ok, "info", true)
+	}
 	v, ok = med("intercept-newconn", "botbox", "nginx", 16, rps)
 	check("interception, new conn/request: req/s BotBox / nginx", v, ok, "≥ 1.0", v >= 1.0)
 	v, ok = med("intercept-newconn", "botbox", "nginx", 16, func(c cell) float64 { return c.cpuUS })

@@ -239,3 +239,30 @@ func TestGuardOffVariant(t *testing.T) {
 		}
 	}
 }
+
+// TestInjectOffVariants: inject=off makes the benchmark's rules send the
+// token as a static value, injecting no secret; with scrub=all each rule
+// asks for scrubbing as well (config.Rule.ScrubAlways); neither is passed
+// on as an environment variable.
+func TestInjectOffVariants(t *testing.T) {
+	t.Parallel()
+	base := "secrets_dir: /s\negress_policy:\n  rules:\n    - host: localhost\n      action: allow\n" + injectBlock
+	for _, tt := range []struct {
+		envs         []string
+		inject, scrb bool
+	}{
+		{[]string{"GOGC=400"}, true, false},
+		{[]string{injectOffEnv, "GOGC=400"}, false, false},
+		{[]string{injectOffEnv, scrubAllEnv, "GOGC=400"}, false, true},
+	} {
+		y, envs := applyInjectEnv(base, tt.envs)
+		cfg, err := config.Parse([]byte(y))
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", tt.envs, err, y)
+		}
+		r := cfg.Policy.Rules[0]
+		if r.InjectsSecret() != tt.inject || r.ScrubAlways != tt.scrb || len(r.HeaderRewrites) != 1 || !slices.Equal(envs, []string{"GOGC=400"}) {
+			t.Errorf("%v: injects %v, scrub always %v, rewrites %d, envs %v", tt.envs, r.InjectsSecret(), r.ScrubAlways, len(r.HeaderRewrites), envs)
+		}
+	}
+}

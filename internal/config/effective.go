@@ -185,8 +185,9 @@ func (c *Config) Effective() ([]byte, error) {
 		if rl := r.RateLimit; rl != nil {
 			er.RateLimit = &effRateLimit{RequestsPerSecond: rl.RequestsPerSecond, Burst: rl.Burst}
 		}
-		if r.Action == ActionAllow && (len(r.HeaderRewrites) > 0 || len(r.QueryRewrites) > 0) {
-			// Shown where it acts: only injected values are scrubbed.
+		if r.Action == ActionAllow && (r.InjectsSecret() || r.ScrubAlways) {
+			// Shown where it acts: a rule that injects a secret, or one
+			// that asked for scrubbing without injecting.
 			er.ScrubResponses = &r.ScrubResponses
 		}
 		e.EgressPolicy.Rules = append(e.EgressPolicy.Rules, er)

@@ -153,11 +153,17 @@ type Rule struct {
 	MaxRequestBodyBytes int64
 	// RateLimit is the rule's token bucket (nil = no rate limit).
 	RateLimit *RateLimit
-	// ScrubResponses masks the values this rule's header_rewrites inject
-	// wherever the origin reflects them in its response (package scrub);
-	// true unless the rule says scrub_responses: false. Always false for a
-	// deny rule.
+	// ScrubResponses masks every secret BotBox holds (not only those this
+	// rule's header_rewrites inject) wherever the origin reflects it in a
+	// response to a request into which the rule injected a secret (package
+	// scrub); true unless the rule says scrub_responses: false. Always
+	// false for a deny rule.
 	ScrubResponses bool
+	// ScrubAlways (scrub_responses: true written out on a rule that
+	// injects no secret: InjectsSecret false) scrubs this rule's responses
+	// for every secret BotBox holds although the rule injects none; unset,
+	// a rule that injects nothing is not scrubbed.
+	ScrubAlways bool
 	// AllowPrivateAddresses (allow rules only) lets the address guard dial
 	// private, CGNAT, ULA and site-local addresses for requests this rule
 	// allows; never loopback, link-local or metadata addresses.
@@ -204,6 +210,18 @@ const (
 	// report_deny.
 	ModeReport Mode = "report"
 )
+
+// InjectsSecret reports whether one of the rule's header rewrites fills a
+// secret (a secret_ref), or it has query_rewrites (each fills one): the
+// rules whose responses are scrubbed by default.
+func (r *Rule) InjectsSecret() bool {
+	for i := range r.HeaderRewrites {
+		if r.HeaderRewrites[i].SecretRef != "" {
+			return true
+		}
+	}
+	return len(r.QueryRewrites) > 0
+}
 
 // HeaderRewrite is one header_rewrites entry.
 type HeaderRewrite struct {

@@ -394,6 +394,9 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 		c.errorf(path+".scrub_responses", "scrub_responses applies only to an allow rule (this rule denies every request)")
 	case r.Action == ActionAllow:
 		r.ScrubResponses = w.ScrubResponses == nil || *w.ScrubResponses
+		// Meaningful only where nothing is injected (a rule that injects is
+		// scrubbed anyway): Effective then round-trips.
+		r.ScrubAlways = w.ScrubResponses != nil && *w.ScrubResponses && !r.InjectsSecret()
 	}
 	if w.AllowPrivateAddresses != nil {
 		r.AllowPrivateAddresses = *w.AllowPrivateAddresses

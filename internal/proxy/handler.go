@@ -96,7 +96,7 @@ type Handler struct {
 	connect    connectSetup
 	// placeholders is nil when placeholders are off.
 	placeholders PlaceholderSource
-	scrubs       *scrub.Cache[scrubKey]
+	scrubs       *scrub.Cache[*secrets.Snapshot]
 }
 
 // defaultTunnelIdle applies when Options.Config has no tunnel idle timeout
@@ -125,7 +125,7 @@ func New(opts Options) (*Handler, error) {
 		connect:    newConnectSetup(opts),
 
 		placeholders: opts.Placeholders,
-		scrubs:       scrub.NewCache[scrubKey](scrubCacheSize),
+		scrubs:       scrub.NewCache[*secrets.Snapshot](scrubCacheSize),
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -339,7 +339,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if d.Rule != nil {
 		x.hostLabel = d.Rule.Host
 		x.rewrites = g.Rewrites(d)
-		x.scrubOn = d.Rule.ScrubResponses
+		x.scrubOn = d.Rule.ScrubResponses && (d.Rule.ScrubAlways || d.Rule.InjectsSecret())
 	} else {
 		x.hostLabel = telemetry.HostDefaultAllow
 	}
@@ -352,7 +352,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	}
 	dp := dialPolicy(g, d, hp.Host)
 	x.setUpstream(hp, d, dp)
-	if x.rewrites != nil {
+	if x.rewrites != nil || x.scrubOn {
 		x.secrets = h.secrets.Snapshot()
 	}
 	// GotConn runs for new and reused connections alike, HTTP/1 and
@@ -403,6 +403,9 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	// No X-Forwarded-*: the origin must not learn the Pod's internals, and
 	// the reference adds none.
 	if x.rewrites == nil {
+		if x.scrubOn {
+			h.prepareScrub(x, out)
+		}
 		return
 	}
 	// The query first: ApplyQuery changes nothing on error, and the

@@ -1,12 +1,15 @@
 package proxy
 
-// Response scrubbing (issue 13 §1, package scrub): for a request whose rule
-// injected secret values and has scrub_responses (the default), every
-// occurrence of those values in the response — status reason, headers,
-// 1xx headers, trailers, body, WebSocket frames from the server — reaches
-// the agent masked. This file holds all of it; the pipeline calls in at
-// four points: forward (is the rule scrubbed), rewrite (prepareScrub: the
-// matcher, Accept-Encoding, the WebSocket offer), upstreamResponse
+// Response scrubbing (package scrub): for a request into which its rule
+// injected a secret (or whose rule says scrub_responses: true without
+// injecting), with scrub_responses on (the default), every occurrence of
+// every secret BotBox holds — of the request's secret snapshot, not only
+// the injected ones, and any run of 12 or more of a secret's characters —
+// in the response — status reason, headers, 1xx headers, trailers, body,
+// WebSocket frames from the server — reaches the agent masked. This file
+// holds all of it; the pipeline calls in at four points: forward (is the
+// request scrubbed: scrubOn), rewrite (prepareScrub: the matcher,
+// Accept-Encoding, Range, the WebSocket offer), upstreamResponse
 // (scrubResponse) and countingWriter.WriteHeader (1xx heads).
 
 import (
@@ -25,7 +28,6 @@ import (
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/scrub"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -36,9 +38,12 @@ const (
 	reasonUninspectable = "response_uninspectable"
 	// msgReflection is the message of the WARN line of a masked occurrence.
 	msgReflection = "secret reflected in response"
-	// scrubCacheSize bounds the compiled matchers kept (one per rule with
-	// secrets and secret snapshot in use).
-	scrubCacheSize = 256
+	// msgScrubStall is the message of the WARN line of a stall.
+	msgScrubStall = "response paused inside a partial secret match"
+	// scrubCacheSize bounds the compiled matchers kept: one per secret
+	// snapshot, and requests use the current one (a request that took
+	// the previous snapshot just before a rotation may still ask for it).
+	scrubCacheSize = 2
 )
 
 // uninspectableError is a response BotBox cannot scan for reflected
@@ -47,13 +52,6 @@ const (
 type uninspectableError struct{ why string }
 
 func (e *uninspectableError) Error() string { return "response could not be inspected: " + e.why }
-
-// scrubKey identifies the secrets a request injected: the rule's compiled
-// rewrites and the secret snapshot they were filled from.
-type scrubKey struct {
-	set  *rewrite.Set
-	snap *secrets.Snapshot
-}
 
 // responseScrub is one request's scrubbing state. Its found callbacks run
 // on the goroutine reading the response (the handler's, or ReverseProxy's
@@ -66,29 +64,37 @@ type responseScrub struct {
 	body   scrub.Reader   // embedded: no allocation per response
 	mu     sync.Mutex
 	logged map[[2]string]bool // (secret_ref, where) already logged
+	// stallLogged: a stall of this response was logged already.
+	stallLogged bool
 }
 
-// Found and Done make responseScrub the body Reader's scrub.Hooks.
+// Found, Done and Stalled make responseScrub the body Reader's
+// scrub.Hooks.
 func (s *responseScrub) Found(ref string) { s.report(ref, "body") }
 func (s *responseScrub) Done()            { s.maskHeader(s.resp.Trailer, "trailer:") }
+func (s *responseScrub) Stalled()         { s.stall("body") }
 
 // prepareScrub runs in rewrite, after the header rewrites succeeded: it
-// gets the request's matcher and asks the origin for an uncompressed
-// response (and a WebSocket without permessage-deflate). A pattern set it
-// cannot build fails the request closed before anything is sent.
+// gets the matcher of every secret of the request's snapshot, asks the
+// origin for an uncompressed, whole response (no Range, no If-Range: a
+// 206 piece is never scrubbed alone, TestScrubDropsRange) and a WebSocket
+// without permessage-deflate. A pattern set it cannot build fails the
+// request closed before anything is sent.
 func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
-	m, err := h.scrubs.Get(scrubKey{x.rewrites, x.secrets}, injectedSecrets)
+	m, err := h.scrubs.Get(x.secrets, snapshotSecrets)
 	if err != nil {
 		x.rewriteErr = &uninspectableError{why: err.Error()}
 		return
 	}
 	if m == nil {
-		return // nothing injected from a secret
+		return // BotBox holds no secret
 	}
 	x.scrubState = responseScrub{m: m, x: x}
 	x.scrub = &x.scrubState
 	// Direct map access: the keys are canonical, and this runs per request.
 	out.Header["Accept-Encoding"] = []string{"identity"}
+	delete(out.Header, "Range")
+	delete(out.Header, "If-Range")
 	if exts := out.Header["Sec-Websocket-Extensions"]; len(exts) > 0 {
 		out.Header.Del("Sec-Websocket-Extensions")
 		for _, v := range exts {
@@ -99,15 +105,17 @@ func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
 	}
 }
 
-// injectedSecrets lists what the key's rewrites inject with its snapshot
-// (a cache miss of prepareScrub).
-func injectedSecrets(k scrubKey) []scrub.Secret {
-	inj := k.set.Injected(k.snap)
-	s := make([]scrub.Secret, len(inj))
-	for i, v := range inj {
-		s[i] = scrub.Secret{Ref: v.Ref, Value: v.Secret, Header: v.Header}
+// snapshotSecrets lists every secret of a snapshot (a cache miss of
+// prepareScrub).
+func snapshotSecrets(snap *secrets.Snapshot) []scrub.Secret {
+	keys := snap.Keys()
+	out := make([]scrub.Secret, 0, len(keys))
+	for _, k := range keys {
+		if v, ok := snap.Lookup(k); ok {
+			out = append(out, scrub.Secret{Ref: k, Value: v.Reveal()})
+		}
 	}
-	return s
+	return out
 }
 
 // dropExtension removes every offer of extension name from a
@@ -150,6 +158,25 @@ func (s *responseScrub) report(ref, where string) {
 			slog.String(telemetry.KeyHost, s.x.host),
 			slog.String(telemetry.KeyRule, s.x.rule),
 			slog.String(telemetry.KeySecretRef, ref),
+			slog.String(telemetry.KeyWhere, where))
+	}
+}
+
+// stall counts a stall of the response; the first is logged at WARN
+// (no byte of the response: only where it happened).
+func (s *responseScrub) stall(where string) {
+	h := s.x.h
+	h.metrics.SecretScrubStalls.WithLabelValues(where).Inc()
+	s.mu.Lock()
+	first := !s.stallLogged
+	s.stallLogged = true
+	s.mu.Unlock()
+	if first {
+		h.logger.LogAttrs(s.x.ctx, slog.LevelWarn, msgScrubStall,
+			slog.String(telemetry.KeyRequestID, s.x.id),
+			slog.String(telemetry.KeyListener, s.x.listener),
+			slog.String(telemetry.KeyHost, s.x.host),
+			slog.String(telemetry.KeyRule, s.x.rule),
 			slog.String(telemetry.KeyWhere, where))
 	}
 }
@@ -198,7 +225,7 @@ func (s *responseScrub) scrubResponse(resp *http.Response) error {
 		if !ok {
 			return nil // ReverseProxy refuses it anyway
 		}
-		resp.Body = &scrubbedConn{ReadWriteCloser: conn, fr: s.m.NewFrameReader(conn, s.found("websocket"))}
+		resp.Body = &scrubbedConn{ReadWriteCloser: conn, fr: s.m.NewFrameReader(conn, s.found("websocket"), func() { s.stall("websocket") })}
 		return nil
 	}
 	if err := decodeBody(resp); err != nil {
@@ -208,7 +235,8 @@ func (s *responseScrub) scrubResponse(resp *http.Response) error {
 		return nil
 	}
 	s.resp = resp
-	s.body.Reset(s.m, resp.Body, s)
+	s.body.Reset(s.m, resp.Body, s, scrub.FramingOf(resp.Header.Get("Content-Type")))
+	s.body.SetLength(resp.ContentLength)
 	resp.Body = &s.body
 	return nil
 }

@@ -237,7 +237,7 @@ func TestScrubEchoThroughBothListeners(t *testing.T) {
 						t.Fatalf("nothing masked (did the echo work?):\n%s", seen)
 					}
 					if strings.HasPrefix(p, "/echo/encoded/") {
-						if ce := resp.Header.Get("Content-Encoding"); ce != "" || !strings.Contains(seen, `"Authorization":["******`) {
+						if ce := resp.Header.Get("Content-Encoding"); ce != "" || !strings.Contains(seen, `"Authorization":["Bearer ******`) {
 							t.Fatalf("Content-Encoding %q; body not decoded:\n%s", ce, seen)
 						}
 					}
@@ -327,7 +327,7 @@ func TestScrubSSEStreamsEventByEvent(t *testing.T) {
 			if err != nil {
 				t.Fatalf("event %d: %v", i, err)
 			}
-			if want := fmt.Sprintf("data: {\"n\":%d,\"auth\":\"%s\"}\n", i, strings.Repeat("*", len(scrubHeader))); line != want {
+			if want := fmt.Sprintf("data: {\"n\":%d,\"auth\":\"Bearer %s\"}\n", i, strings.Repeat("*", len(scrubSecret))); line != want {
 				t.Fatalf("got %q, want %q", line, want)
 			}
 			_, _ = br.ReadString('\n')
@@ -393,7 +393,7 @@ func TestScrubWebSocket(t *testing.T) {
 		if err1 != nil || err2 != nil || err3 != nil || ping != "ping" {
 			t.Fatalf("%s: frames %q %q %q: %v %v %v", listener, first, ping, second, err1, err2, err3)
 		}
-		if got, want := first+second, `{"auth":"`+strings.Repeat("*", len(scrubHeader))+`"}`; got != want {
+		if got, want := first+second, `{"auth":"Bearer `+strings.Repeat("*", len(scrubSecret))+`"}`; got != want {
 			t.Errorf("%s: message %q, want %q", listener, got, want)
 		}
 		fmt.Fprint(c, "bye\n")

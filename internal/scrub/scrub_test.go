@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -207,48 +208,15 @@ func TestStreamEverySplit(t *testing.T) {
 	}
 }
 
-// TestStreamReleasesEventsWhole: a chunk that does not end inside a
-// possible occurrence is released by the Read that received it (an SSE
-// event waits for nothing), and a chunk ending in a pattern's prefix holds
-// back that prefix only, at most MaxLen-1 bytes, until the next chunk
-// decides.
-func TestStreamReleasesEventsWhole(t *testing.T) {
-	m := mustCompile(t, testSecrets)
-	pr, pw := io.Pipe()
-	r := m.NewReader(pr, nil)
-	buf := make([]byte, 32<<10)
-	event := "data: {\"echo\":\"" + testSecrets[0].Header + "\"}\n\n"
-	go func() { _, _ = pw.Write([]byte(event)) }()
-	n, err := r.Read(buf)
-	if err != nil || n != len(event) {
-		t.Fatalf("first Read = %d, %v; want the whole event (%d bytes)", n, err, len(event))
-	}
-	if strings.Contains(string(buf[:n]), "sk-proj") {
-		t.Fatalf("event not masked: %q", buf[:n])
-	}
-	// A chunk ending in "Bearer sk-pr" (a prefix of the header value).
-	go func() { _, _ = pw.Write([]byte("data: Bearer sk-pr")) }()
-	n, _ = r.Read(buf)
-	if got := string(buf[:n]); got != "data: " {
-		t.Fatalf("Read = %q, want only the bytes before the prefix", got)
-	}
-	if len(r.held) > m.MaxLen()-1 {
-		t.Fatalf("holds %d bytes, more than MaxLen-1 = %d", len(r.held), m.MaxLen()-1)
-	}
-	go func() { _, _ = pw.Write([]byte("oof\n\n")); _ = pw.Close() }()
-	rest, _ := io.ReadAll(r)
-	if string(rest) != "Bearer sk-proof\n\n" {
-		t.Fatalf("rest = %q", rest)
-	}
-}
-
 type testHooks struct {
-	refs []string
-	done int
+	refs   []string
+	done   int
+	stalls int
 }
 
 func (h *testHooks) Found(ref string) { h.refs = append(h.refs, ref) }
 func (h *testHooks) Done()            { h.done++ }
+func (h *testHooks) Stalled()         { h.stalls++ }
 
 // TestStreamFoundAndEOF: Found names the secret_ref once per occurrence;
 // Done runs at the end of the stream and again at Close.
@@ -269,8 +237,10 @@ func TestStreamFoundAndEOF(t *testing.T) {
 	}
 }
 
-// TestCompileBounds: nothing to match gives nil; a set beyond MaxStates
-// is refused (the proxy then fails closed).
+// TestCompileBounds: nothing to match gives nil; a secret whose fragments
+// do not fit in MaxStates is matched whole (WholeOnly names it), while a
+// smaller one keeps its fragments; a set beyond MaxStates even whole is
+// refused (the proxy then fails closed).
 func TestCompileBounds(t *testing.T) {
 	if m, err := Compile(nil); m != nil || err != nil {
 		t.Errorf("Compile(nil) = %v, %v", m, err)
@@ -278,9 +248,34 @@ func TestCompileBounds(t *testing.T) {
 	if m, err := Compile([]Secret{{Ref: "e"}}); m != nil || err != nil {
 		t.Errorf("empty value: %v, %v", m, err)
 	}
-	if _, err := Compile([]Secret{{Ref: "big", Value: bytes.Repeat([]byte("ab"), 20000)}}); err == nil {
-		t.Error("huge secret compiled")
+	big := randomAlnum(1500, 7)
+	m, err := Compile([]Secret{{Ref: "big", Value: big}, testSecrets[1]})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if got := m.WholeOnly(); len(got) != 1 || got[0] != "big" {
+		t.Fatalf("WholeOnly = %v, want [big]", got)
+	}
+	if out := m.Mask("x"+string(big)+"y", nil); out != "x"+strings.Repeat("*", len(big))+"y" {
+		t.Error("the whole big secret is not masked")
+	}
+	if out := m.Mask("q "+string(testSecrets[1].Value[3:20]), nil); strings.Contains(out, string(testSecrets[1].Value[3:20])) {
+		t.Errorf("the small secret lost its fragments: %q", out)
+	}
+	if _, err := Compile([]Secret{{Ref: "huge", Value: randomAlnum(40000, 8)}}); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("huge secret: %v, want ErrTooLarge", err)
+	}
+}
+
+// randomAlnum returns n pseudo-random letters and digits from seed.
+func randomAlnum(n int, seed uint64) []byte {
+	const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	for i := range b {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		b[i] = alnum[(seed>>33)%uint64(len(alnum))]
+	}
+	return b
 }
 
 // FuzzStream: for any secret and any text, split anywhere, the stream
@@ -330,14 +325,31 @@ func abs(x int) int {
 	return x
 }
 
-// naiveMask is the reference: every pattern tried at every position.
+// naiveMask is the reference: every pattern tried at every position of the
+// text without its CR and LF, each occurrence masked there (CR and LF
+// kept).
 func naiveMask(ps []Pattern, text []byte) []byte {
 	out := bytes.Clone(text)
-	for i := range text {
-		for _, p := range ps {
-			if bytes.HasPrefix(text[i:], p.Bytes) {
-				for j := i; j < i+len(p.Bytes); j++ {
-					out[j] = '*'
+	var pos []int // index in text of each byte other than CR and LF
+	var bare []byte
+	for i, c := range text {
+		if c != '\r' && c != '\n' {
+			pos = append(pos, i)
+			bare = append(bare, c)
+		}
+	}
+	byLen := map[int]map[string]bool{}
+	for _, p := range ps {
+		if byLen[len(p.Bytes)] == nil {
+			byLen[len(p.Bytes)] = map[string]bool{}
+		}
+		byLen[len(p.Bytes)][string(p.Bytes)] = true
+	}
+	for i := range bare {
+		for l, set := range byLen {
+			if i+l <= len(bare) && set[string(bare[i:i+l])] {
+				for j := i; j < i+l; j++ {
+					out[pos[j]] = '*'
 				}
 			}
 		}
@@ -345,10 +357,10 @@ func naiveMask(ps []Pattern, text []byte) []byte {
 	return out
 }
 
-// TestSkipIsExact: the automaton with its root skip masks exactly what
-// trying every pattern at every position masks, on texts dense in the
-// patterns' own bytes (where the skip is most often wrong if it is wrong).
-func TestSkipIsExact(t *testing.T) {
+// TestScanIsExact: the automaton masks exactly what trying every pattern
+// at every position masks, on texts dense in the patterns' own bytes and
+// broken by CR and LF.
+func TestScanIsExact(t *testing.T) {
 	ps := Patterns(testSecrets)
 	m, err := compilePatterns(ps)
 	if err != nil {
@@ -358,9 +370,10 @@ func TestSkipIsExact(t *testing.T) {
 	for _, p := range ps {
 		alphabet = append(alphabet, p.Bytes...)
 	}
+	alphabet = append(alphabet, '\r', '\n')
 	seed := uint64(1)
 	next := func() int { seed = seed*6364136223846793005 + 1442695040888963407; return int(seed >> 33) }
-	for range 3000 {
+	for range 300 {
 		var text []byte
 		for len(text) < 400 {
 			if next()%4 == 0 {

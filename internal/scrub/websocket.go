@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // ErrFrame is returned by a FrameReader for a server frame it cannot
@@ -15,21 +16,30 @@ var ErrFrame = errors.New("scrub: websocket frame cannot be inspected")
 
 // FrameReader masks the occurrences in the payloads of the WebSocket
 // frames a server sends (RFC 6455 §5.2), read from an underlying reader,
-// and passes the frame headers unchanged. The payloads of the data and
-// continuation frames are scanned as one stream, so an occurrence split
+// and passes the frame headers unchanged. The payloads of a message's data
+// and continuation frames are scanned as one stream, so an occurrence split
 // across the fragments of a message is caught; a control frame (close
 // reason, ping, pong: at most 125 bytes) is held whole and scanned on its
 // own, so one sent between two fragments does not hide the occurrence they
-// carry (TestFrameReaderSplitAcrossFragments). Masking
-// keeps every length, so every frame header stays true. A payload byte that
-// may begin an occurrence is held back, with the frame headers that follow
-// it, until the next payload bytes decide (at most MaxLen-1 payload bytes).
-// Not safe for concurrent use.
+// carry (TestFrameReaderSplitAcrossFragments). Masking keeps every length,
+// so every frame header stays true.
+//
+// A message that ends (FIN) is released at its end, with everything before
+// it: nothing of a finished message waits for later bytes
+// (TestFrameReaderReleasesAtFIN, FuzzFrameReader), and an occurrence does
+// not span two messages. Of an unfinished message, the last Hold() payload
+// bytes are held back whatever they are, with the frame headers that
+// follow them, until the next bytes arrive or HoldTimeout passes (then
+// they go out; a partial occurrence of StallDepth bytes or more there is
+// reported to stalled). Not safe for concurrent use; the underlying Read
+// may run on a goroutine of its own while bytes wait for HoldTimeout.
 type FrameReader struct {
-	m     *Matcher
-	r     io.Reader
-	found func(ref string)
-	state uint32
+	m       *Matcher
+	r       io.Reader
+	found   func(ref string)
+	stalled func()
+	timeout time.Duration // 0: no timer (tests of liveness at FIN)
+	state   uint32
 
 	in   []byte // bytes read, not yet parsed (an incomplete frame header)
 	pend []byte // parsed bytes not yet released; pend[:ready] may go out
@@ -41,12 +51,15 @@ type FrameReader struct {
 	remain uint64 // payload bytes left in the current frame
 	plen   int64  // payload bytes scanned so far
 	base   int64  // payload offset of the piece being scanned (hit)
+	msgAt  int64  // payload offset where the current message began
+	fin    bool   // the current data frame is its message's last
 	// ctrl is set while a control frame is parsed: its header starts at
 	// pend[ctrlHdr] and its payload at pend[ctrlAt].
 	ctrl            bool
 	ctrlHdr, ctrlAt int
 	err             error
 	buf             []byte
+	async           asyncRead
 }
 
 type seg struct {
@@ -57,9 +70,10 @@ type seg struct {
 
 // NewFrameReader returns a FrameReader over r (the server's side of an
 // upgraded connection, read after the 101 head). found, if not nil, is
-// called with the secret_ref of each occurrence.
-func (m *Matcher) NewFrameReader(r io.Reader, found func(ref string)) *FrameReader {
-	return &FrameReader{m: m, r: r, found: found}
+// called with the secret_ref of each occurrence; stalled, if not nil, at
+// each stall (see FrameReader).
+func (m *Matcher) NewFrameReader(r io.Reader, found func(ref string), stalled func()) *FrameReader {
+	return &FrameReader{m: m, r: r, found: found, stalled: stalled, timeout: HoldTimeout}
 }
 
 // Read implements io.Reader.
@@ -82,7 +96,10 @@ func (f *FrameReader) Read(p []byte) (int, error) {
 		if f.buf == nil {
 			f.buf = make([]byte, 32<<10)
 		}
-		n, err := f.r.Read(f.buf)
+		n, err, ok := f.next()
+		if !ok {
+			continue // the timer released what was held
+		}
 		if n > 0 {
 			if perr := f.parse(f.buf[:n]); perr != nil {
 				f.err = perr
@@ -102,6 +119,43 @@ func (f *FrameReader) Read(p []byte) (int, error) {
 	}
 }
 
+// next reads into f.buf. With bytes held back it reads on a goroutine and
+// waits at most the timeout: ok false means the timer fired and released
+// them (the Read stays in flight for the next call).
+func (f *FrameReader) next() (int, error, bool) {
+	if !f.async.pending && len(f.pend) == 0 {
+		n, err := f.r.Read(f.buf)
+		return n, err, true
+	}
+	timeout := f.timeout
+	if len(f.pend) == 0 {
+		timeout = 0 // nothing to release: wait for the bytes
+	}
+	rr, ok := f.async.wait(f.r, f.buf, timeout)
+	if !ok {
+		if f.stalled != nil && f.m.stalledIn(f.state) {
+			f.stalled()
+		}
+		f.release()
+		if f.ready > 0 {
+			return 0, nil, false
+		}
+		// Only a control frame in progress is held: it is scanned whole,
+		// so wait for it.
+		rr, _ = f.async.wait(f.r, f.buf, 0)
+	}
+	return rr.n, rr.err, true
+}
+
+// release lets every parsed byte go out but a control frame in progress.
+func (f *FrameReader) release() {
+	f.ready = len(f.pend)
+	if f.ctrl {
+		f.ready = f.ctrlHdr
+	}
+	f.segs = f.segs[:0]
+}
+
 // parse consumes b: frame headers go to pend as they are, payload bytes
 // are scanned; then everything before the first held payload byte is
 // released.
@@ -119,6 +173,9 @@ func (f *FrameReader) parse(b []byte) error {
 				break // incomplete
 			}
 			f.ctrl = f.in[0]&0x08 != 0
+			if !f.ctrl {
+				f.fin = f.in[0]&0x80 != 0
+			}
 			if f.ctrl && plen > 125 {
 				return fmt.Errorf("%w: control frame of %d bytes", ErrFrame, plen)
 			}
@@ -130,6 +187,7 @@ func (f *FrameReader) parse(b []byte) error {
 			b = append([]byte(nil), rest...)
 			f.in = f.in[:0]
 			f.endControl()
+			f.endMessage()
 			continue
 		}
 		n := int(min(uint64(len(b)), f.remain))
@@ -148,9 +206,10 @@ func (f *FrameReader) parse(b []byte) error {
 		f.plen += int64(n)
 		f.remain -= uint64(n)
 		b = b[n:]
+		f.endMessage()
 	}
-	// Release up to the first held payload byte.
-	keep := int64(f.m.holdFor(f.state))
+	// Release up to the last Hold() payload bytes of an unfinished message.
+	keep := min(int64(f.m.Hold()), f.plen-f.msgAt)
 	from := f.plen - keep
 	f.ready = len(f.pend)
 	kept := f.segs[:0]
@@ -174,6 +233,14 @@ func (f *FrameReader) parse(b []byte) error {
 	return nil
 }
 
+// endMessage ends the message when its final data frame is complete:
+// its bytes need no later ones, and the next message starts afresh.
+func (f *FrameReader) endMessage() {
+	if !f.ctrl && f.fin && f.remain == 0 {
+		f.state, f.msgAt, f.fin = 0, f.plen, false
+	}
+}
+
 // endControl scans a control frame's payload once it is complete.
 func (f *FrameReader) endControl() {
 	if !f.ctrl || f.remain != 0 {
@@ -188,19 +255,23 @@ func (f *FrameReader) endControl() {
 }
 
 // hit masks an occurrence in the data payloads, which may span frames.
-func (f *FrameReader) hit(end, length, ref int) {
-	f.mask(f.base+int64(end)+1-int64(length), f.base+int64(end)+1)
-	if f.found != nil {
+func (f *FrameReader) hit(end, length, ref int, first bool) {
+	f.maskBack(f.base+int64(end), length)
+	if f.found != nil && first {
 		f.found(f.m.refs[ref])
 	}
 }
 
-// mask masks payload-stream offsets [from, to) in pend.
-func (f *FrameReader) mask(from, to int64) {
-	for _, s := range f.segs {
-		a, b := max(from, s.off), min(to, s.off+int64(s.n))
-		for o := a; o < b; o++ {
-			f.pend[s.at+int(o-s.off)] = '*'
+// maskBack masks the length payload bytes other than CR and LF that end at
+// payload-stream offset end, in the segments still in pend.
+func (f *FrameReader) maskBack(end int64, length int) {
+	for i := len(f.segs) - 1; i >= 0 && length > 0; i-- {
+		s := f.segs[i]
+		for o := min(end, s.off+int64(s.n)-1); o >= s.off && length > 0; o-- {
+			if c := &f.pend[s.at+int(o-s.off)]; !isLineBreak(*c) {
+				*c = '*'
+				length--
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // frame builds an unmasked server frame.
@@ -50,7 +51,7 @@ func TestFrameReaderSplitAcrossFragments(t *testing.T) {
 			"halves":   &chunks{parts: [][]byte{stream[:len(stream)/2], stream[len(stream)/2:]}},
 		} {
 			var refs int
-			got, err := io.ReadAll(m.NewFrameReader(r, func(string) { refs++ }))
+			got, err := io.ReadAll(m.NewFrameReader(r, func(string) { refs++ }, nil))
 			if err != nil || len(got) != len(stream) {
 				t.Fatalf("split %d %s: %d bytes, %v; want %d", i, name, len(got), err, len(stream))
 			}
@@ -76,7 +77,7 @@ func TestFrameReaderLengths(t *testing.T) {
 	for _, n := range []int{125, 126, 65535, 70000} {
 		p := []byte(strings.Repeat("y", n-len(testSecrets[1].Value)) + string(testSecrets[1].Value))
 		in := frame(true, 2, p)
-		got, err := io.ReadAll(m.NewFrameReader(bytes.NewReader(in), nil))
+		got, err := io.ReadAll(m.NewFrameReader(bytes.NewReader(in), nil, nil))
 		want := frame(true, 2, []byte(m.Mask(string(p), nil)))
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("n=%d: err %v, equal %v", n, err, bytes.Equal(got, want))
@@ -92,7 +93,7 @@ func TestFrameReaderRefuses(t *testing.T) {
 	comp[0] |= 0x40 // RSV1: permessage-deflate
 	masked := []byte{0x81, 0x83, 1, 2, 3, 4, 'a', 'b', 'c'}
 	for name, in := range map[string][]byte{"rsv1": comp, "masked": masked} {
-		got, err := io.ReadAll(m.NewFrameReader(bytes.NewReader(in), nil))
+		got, err := io.ReadAll(m.NewFrameReader(bytes.NewReader(in), nil, nil))
 		if !errors.Is(err, ErrFrame) || len(got) != 0 {
 			t.Errorf("%s: %q, %v; want nothing and ErrFrame", name, got, err)
 		}
@@ -104,7 +105,7 @@ func TestFrameReaderControl(t *testing.T) {
 	m := mustCompile(t, testSecrets)
 	reason := append([]byte{0x03, 0xe8}, testSecrets[1].Value...)
 	in := append(frame(true, 8, reason), frame(true, 1, []byte("after"))...)
-	got, err := io.ReadAll(m.NewFrameReader(iotest.OneByteReader(bytes.NewReader(in)), nil))
+	got, err := io.ReadAll(m.NewFrameReader(iotest.OneByteReader(bytes.NewReader(in)), nil, nil))
 	if err != nil || len(got) != len(in) || bytes.Contains(got, testSecrets[1].Value) || !bytes.HasSuffix(got, []byte("after")) {
 		t.Fatalf("got %q, %v", got, err)
 	}
@@ -128,7 +129,7 @@ func FuzzFrameReader(f *testing.F) {
 				parts = append(parts, in[:n])
 				in = in[n:]
 			}
-			return io.ReadAll(m.NewFrameReader(&chunks{parts: parts}, nil))
+			return io.ReadAll(m.NewFrameReader(&chunks{parts: parts}, nil, nil))
 		}
 		out, err := read(raw)
 		if len(out) > len(raw) || err == nil && len(out) != len(raw) {
@@ -154,5 +155,62 @@ func FuzzFrameReader(f *testing.F) {
 		if want := m.Mask(string(text), nil); payload != want {
 			t.Fatalf("payload %q, want %q", payload, want)
 		}
+		// Liveness: with the source blocked after the stream and no timer,
+		// every byte of the finished messages is released.
+		live := func(r io.Reader) io.Reader {
+			fr := m.NewFrameReader(r, nil, nil)
+			fr.timeout = 0
+			return fr
+		}
+		p := startPipe(t, live)
+		for in := stream; len(in) > 0; {
+			n := min(chunk, len(in))
+			p.send(t, in[:n])
+			in = in[n:]
+		}
+		if out := p.released(len(stream), time.Second); len(out) != len(stream) {
+			t.Fatalf("liveness: %d of %d bytes of finished messages released", len(out), len(stream))
+		}
 	})
+}
+
+// TestFrameReaderReleasesAtFIN (review D3): a complete text message ending
+// in a byte that could start a secret ("thanks": "s" of "sk-"), then a
+// ping, are released whole with the source blocked and no timer; an
+// unfinished message holds exactly its last Hold() payload bytes.
+func TestFrameReaderReleasesAtFIN(t *testing.T) {
+	m := mustCompile(t, testSecrets)
+	newReader := func(r io.Reader) io.Reader {
+		f := m.NewFrameReader(r, nil, nil)
+		f.timeout = 0
+		return f
+	}
+	msg, ping := frame(true, 1, []byte("thanks")), frame(true, 9, []byte("hb"))
+	p := startPipe(t, newReader)
+	p.send(t, append(append([]byte(nil), msg...), ping...))
+	if got := p.released(len(msg)+len(ping), 10*HoldTimeout); len(got) != len(msg)+len(ping) {
+		t.Errorf("released %d of the %d bytes of a complete message and a ping: %q", len(got), len(msg)+len(ping), got)
+	}
+	p = startPipe(t, newReader)
+	part := frame(false, 1, []byte("partial message text"))
+	p.send(t, part)
+	if got := p.released(len(part), 10*HoldTimeout); len(got) != len(part)-m.Hold() {
+		t.Errorf("unfinished message: %d bytes released, want %d", len(got), len(part)-m.Hold())
+	}
+}
+
+// TestFrameReaderTimerReleases: an unfinished message's held tail goes out
+// after HoldTimeout, and a pause inside a secret counts as a stall.
+func TestFrameReaderTimerReleases(t *testing.T) {
+	m := mustCompile(t, testSecrets)
+	stalls := 0
+	p := startPipe(t, func(r io.Reader) io.Reader { return m.NewFrameReader(r, nil, func() { stalls++ }) })
+	part := frame(false, 1, append([]byte("echo: "), testSecrets[0].Value[:11]...))
+	p.send(t, part)
+	if got := p.released(len(part), 40*HoldTimeout); !bytes.Equal(got, part) {
+		t.Errorf("released %q, want %q", got, part)
+	}
+	if stalls != 1 {
+		t.Errorf("%d stalls, want 1", stalls)
+	}
 }

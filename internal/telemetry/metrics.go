@@ -76,6 +76,12 @@ type Metrics struct {
 	// encodings, that an origin reflected in a response and BotBox masked
 	// (package scrub). secret_ref is a configured name, never a value.
 	SecretReflections *prometheus.CounterVec
+	// SecretScrubStalls is botbox_secret_scrub_stalls_total{where} (BotBox's
+	// own): scrubbed responses whose stream paused, past the scrubber's hold
+	// timeout, inside a partial match of a secret (package scrub's
+	// StallDepth bytes or more; no legitimate origin does that: a probe of
+	// the hold-back). where is "body" or "websocket".
+	SecretScrubStalls *prometheus.CounterVec
 
 	hosts sync.Map // host label -> *HostMetrics
 }
@@ -140,6 +146,10 @@ func NewMetrics() *Metrics {
 			Name: "botbox_secret_reflections_total",
 			Help: "Injected secret values found in responses and masked",
 		}, []string{"secret_ref"}),
+		SecretScrubStalls: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "botbox_secret_scrub_stalls_total",
+			Help: "Scrubbed responses that paused inside a partial match of a secret",
+		}, []string{"where"}),
 	}
 }
 

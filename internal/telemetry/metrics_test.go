@@ -47,6 +47,7 @@ func exerciseAll(m *Metrics) {
 	m.Aborted.WithLabelValues("api.example.com", AbortUpstreamBody).Inc()
 	m.Aborted.WithLabelValues(HostDefaultAllow, AbortClientClosed).Inc()
 	m.SecretTripwire.WithLabelValues("openai-api-key").Inc()
+	m.SecretScrubStalls.WithLabelValues("body").Inc()
 }
 
 // lintAllowed lists promlint objections to names and help strings the

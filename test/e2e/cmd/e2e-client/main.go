@@ -88,7 +88,7 @@ type opts struct {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: e2e-client http|tcp|udp|raw|wait|loop [flags]")
+		fmt.Fprintln(stderr, "usage: e2e-client http|stream|tcp|udp|raw|wait|loop [flags]")
 		return 2
 	}
 	mode := args[0]
@@ -139,6 +139,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		out = doRawIP(o)
 	case "listen":
 		return doListen(o, stdout, stderr)
+	case "stream":
+		return doStream(o, stdout, stderr)
 	case "join":
 		out = doJoin(o)
 	case "ping":
@@ -312,6 +314,46 @@ func doHTTP(o opts) wire.Result {
 	defer resp.Body.Close()
 	fillResponse(&r, resp)
 	return r
+}
+
+// doStream GETs -url and writes each piece of the body as it arrives, one
+// JSON string a line, then "end of body" (or the error): a test sees what
+// reached the app before the origin went on.
+func doStream(o opts, stdout, stderr io.Writer) int {
+	var connected atomic.Bool
+	var local atomic.Value
+	client, err := newClient(o, &connected, &local, false)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	req, err := newRequest(o)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			b, _ := json.Marshal(string(buf[:n]))
+			fmt.Fprintln(stdout, string(b))
+		}
+		if err == io.EOF {
+			fmt.Fprintln(stdout, "end of body")
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
 }
 
 func doTCP(o opts) wire.Result {

@@ -19,6 +19,8 @@
 //     destination-unreachable and echo-request message that reaches it.
 //
 // /kv/ and, with -git-root, /git/ are stateful services (apps.go).
+// A request for /stream-echo/ID?q=TEXT is answered with TEXT, then, once
+// the test releases ID (or after sseHold), "\n.\n".
 //
 // A request for /sse/ID is answered with a server-sent event stream: event
 // "one", then, once the test releases ID (POST /release?id=ID on the
@@ -397,6 +399,10 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 		o.serveWS(w, ev)
 		return
 	}
+	if id, ok := strings.CutPrefix(r.URL.Path, "/stream-echo/"); ok {
+		o.serveStreamEcho(w, r, id)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.Echo{Seq: ev.Seq, Method: r.Method, Path: r.URL.Path, Host: r.Host, TLS: r.TLS != nil, Headers: r.Header})
 }
@@ -448,6 +454,29 @@ func (o *origin) serveSSE(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	_, _ = io.WriteString(w, "data: two "+how+"\n\n")
+}
+
+// serveStreamEcho writes the query parameter q as plain text, waits for
+// the release of id (or sseHold), then writes "\n.\n" (no byte of a key:
+// the scrubber skips the line break): a log tail that
+// echoes what the client chose and pauses (the prefix oracle of report
+// 2026-12-01 §3).
+func (o *origin) serveStreamEcho(w http.ResponseWriter, r *http.Request, id string) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, r.URL.Query().Get("q"))
+	flusher.Flush()
+	select {
+	case <-o.gate(id):
+	case <-time.After(sseHold):
+	case <-r.Context().Done():
+		return
+	}
+	_, _ = io.WriteString(w, "\n.\n")
 }
 
 // serveBanner accepts connections, greets and closes them.
