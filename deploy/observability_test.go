@@ -41,7 +41,8 @@ var descName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 // telemetryMetrics returns the name of every metric BotBox exports,
 // described (not gathered: a vector without children gathers nothing) by
-// every collector field of telemetry.Metrics and telemetry.ServerMetrics;
+// every collector field of telemetry.Metrics, telemetry.ServerMetrics and
+// telemetry.DNSMetrics;
 // histograms also yield their _bucket, _sum and _count series.
 func telemetryMetrics(t *testing.T) map[string]bool {
 	t.Helper()
@@ -76,6 +77,7 @@ func telemetryMetrics(t *testing.T) map[string]bool {
 	}
 	collect(telemetry.NewMetrics())
 	collect(telemetry.NewServerMetrics(prometheus.NewRegistry()))
+	collect(telemetry.NewDNSMetrics(prometheus.NewRegistry()))
 	if !names["botbox_requests_total"] || !names["botbox_config_reloads_total"] || !names["botbox_request_duration_seconds_bucket"] {
 		t.Fatalf("reflection found only %v: the telemetry structs changed shape", names)
 	}
