@@ -3,7 +3,9 @@ package inject
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -449,5 +451,38 @@ func TestWeaknesses(t *testing.T) {
 				t.Errorf("%s: warning %q does not contain %q", tc.name, got[i], w)
 			}
 		}
+	}
+}
+
+// TestDropAllSpellings: only capabilities.drop "ALL" spelt exactly counts
+// as dropping all. containerd and CRI-O read "CAP_ALL" as the unknown
+// capability CAP_CAP_ALL, so a root app dropping only that keeps the
+// runtime's default set (NET_RAW, SETUID: it can become the exempt UID);
+// inject adds "ALL" after every other spelling, and CheckPod (what
+// /validate runs) refuses a Pod still spelling it otherwise.
+func TestDropAllSpellings(t *testing.T) {
+	for _, drop := range [][]corev1.Capability{{"CAP_ALL"}, {"cap_all"}, {"all"}, {"All"}, {" ALL"}, {"ALL "}, {"ALL,"}, {"NET_RAW", "CAP_ALL"}} {
+		t.Run(fmt.Sprint(drop), func(t *testing.T) {
+			meta, spec := testPod()
+			spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: new(int64(0)), Capabilities: &corev1.Capabilities{Drop: drop}}
+			spec.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)), Capabilities: &corev1.Capabilities{Drop: drop}})}
+			if err := Pod(meta, spec, DefaultOptions()); err != nil {
+				t.Fatalf("Pod() = %v", err)
+			}
+			for _, c := range newPodView(spec, nil, nil, Admission).containers() {
+				if !slices.Contains(c.SecurityContext.Capabilities.Drop, "ALL") {
+					t.Errorf("container %q drops %v after inject, without \"ALL\"", c.Name, c.SecurityContext.Capabilities.Drop)
+				}
+			}
+			for _, c := range []*corev1.Container{&spec.Containers[0], lastEphemeral(spec)} {
+				c.SecurityContext.Capabilities.Drop = drop
+			}
+			msg := fmt.Sprint(errors.Join(CheckPod(spec, DefaultOptions().Layout(), nil, Admission)...))
+			for _, want := range []string{`container "app" must drop ALL`, `container "app" runs as root without capabilities.drop [ALL]`, `container "debugger" must drop ALL`} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("CheckPod with drop %q: %q lacks %q", drop, msg, want)
+				}
+			}
+		})
 	}
 }

@@ -173,6 +173,11 @@ func TestUpdateCases(t *testing.T) {
 			debugger(p, "busybox", &corev1.SecurityContext{RunAsUser: new(int64(1000))})
 			p.Spec.EphemeralContainers[len(p.Spec.EphemeralContainers)-1].TargetContainerName = inject.NameBotBox
 		}, `targetContainerName "botbox"`},
+		// containerd and CRI-O read "CAP_ALL" as the unknown CAP_CAP_ALL:
+		// the root debugger would keep NET_RAW and SETUID.
+		{"root debug container dropping CAP_ALL", "ephemeralcontainers", func(p *corev1.Pod) {
+			debugger(p, "busybox", &corev1.SecurityContext{RunAsUser: new(int64(0)), AllowPrivilegeEscalation: new(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"CAP_ALL"}}})
+		}, ""},
 		{"debug container adding NET_RAW", "ephemeralcontainers", func(p *corev1.Pod) {
 			debugger(p, "busybox", &corev1.SecurityContext{RunAsUser: new(int64(1000)), Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}}})
 		}, "adds NET_RAW"},
