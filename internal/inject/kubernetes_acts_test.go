@@ -316,6 +316,9 @@ func FuzzImageRegistry(f *testing.F) {
 // open "dport 53 return", so the check can fail.
 func TestDefaultOptionsContain(t *testing.T) {
 	open := regexp.MustCompile(`(?m)^\s*(udp|tcp) dport 53 (return|accept)`)
+	// The redirect matches the Pod's own sources only (the guard is no
+	// reflector, TestDNSGuardSpoofedSourceNoReflection).
+	guardRedirect := regexp.MustCompile(`(?m)^\s*(udp|tcp) dport 53 fib saddr type local redirect to :8053$`)
 	for _, tc := range []struct {
 		name     string
 		opts     func(*Options)
@@ -352,7 +355,7 @@ func TestDefaultOptionsContain(t *testing.T) {
 					t.Errorf("no %s: IPv6 rules off by default", fam)
 				}
 			}
-			if n := strings.Count(rules, "dport 53 redirect to :8053"); n != 4 {
+			if n := len(guardRedirect.FindAllString(rules, -1)); n != 4 {
 				t.Errorf("%d redirects of port 53 to the guard, want 4 (udp, tcp × ip, ip6):\n%s", n, rules)
 			}
 			var sidecarPort string
