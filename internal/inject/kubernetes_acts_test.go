@@ -144,6 +144,33 @@ func TestPodSecurityBaseline(t *testing.T) {
 		{"A27 hostProcess", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
 			s.SecurityContext.WindowsOptions = &corev1.WindowsSecurityContextOptions{HostProcess: new(true)}
 		}, []string{"hostProcess"}},
+		// Pod Security is evaluated with the ephemeral containers, and the
+		// legacy AppArmor annotations are read whichever container they
+		// name, iptables-init (left out of the evaluation) included. (The
+		// legacy seccomp annotations are read by no kubelet BotBox runs
+		// on: native sidecars need 1.29, kubelets ignore them since 1.27.)
+		{"ephemeral container seccomp Unconfined", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}})}
+		}, []string{"seccompProfile", `"debugger"`}},
+		{"ephemeral container procMount Unmasked", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)), ProcMount: new(corev1.UnmaskedProcMount)})}
+		}, []string{"procMount"}},
+		{"ephemeral container appArmor Unconfined", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)),
+				AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}})}
+		}, []string{"AppArmor profile"}},
+		{"ephemeral container hostProcess", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)),
+				WindowsOptions: &corev1.WindowsSecurityContextOptions{HostProcess: new(true)}})}
+		}, []string{"hostProcess"}},
+		{"legacy AppArmor annotation for iptables-init", func(m *metav1.ObjectMeta, _ *corev1.PodSpec) {
+			m.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/iptables-init": "unconfined"}
+		}, []string{"AppArmor"}},
+		{"user sidecar startup probe host", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			always := corev1.ContainerRestartPolicyAlways
+			s.InitContainers = []corev1.Container{{Name: "side", Image: "busybox", RestartPolicy: &always, StartupProbe: httpHost("203.0.113.8")}}
+		}, []string{`container "side": startup probe httpGet.host "203.0.113.8"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			meta, spec := testPod()

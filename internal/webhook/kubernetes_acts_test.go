@@ -156,6 +156,14 @@ func TestUpdateCases(t *testing.T) {
 		{"app image within the allowlist", "", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/agent:2" }, ""},
 		{"D12 label botbox.dev/injected removed", "", func(p *corev1.Pod) { delete(p.Labels, inject.LabelInjected) }, "removes or changes label botbox.dev/injected=true"},
 		{"label botbox.dev/injected changed", "", func(p *corev1.Pod) { p.Labels[inject.LabelInjected] = "false" }, "botbox.dev/injected"},
+		{"AppArmor annotation added by a metadata-only update", "", func(p *corev1.Pod) {
+			p.Annotations["container.apparmor.security.beta.kubernetes.io/botbox"] = "unconfined"
+		}, "annotation container.apparmor.security.beta.kubernetes.io/botbox"},
+		{"AppArmor annotation for the app, added with an image change", "", func(p *corev1.Pod) {
+			p.Annotations["container.apparmor.security.beta.kubernetes.io/"+p.Spec.Containers[0].Name] = "runtime/default"
+			p.Spec.Containers[0].Image = "registry.example/agent:2"
+		}, "AppArmor profile when it (re)starts"},
+		{"other annotation changed by a metadata-only update", "", func(p *corev1.Pod) { p.Annotations["agent.example/note"] = "x" }, ""},
 		{"D13 sidecar image swapped", "", func(p *corev1.Pod) {
 			for i := range p.Spec.InitContainers {
 				if p.Spec.InitContainers[i].Name == inject.NameBotBox {
