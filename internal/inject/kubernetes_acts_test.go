@@ -305,6 +305,17 @@ func TestImageRegistry(t *testing.T) {
 		{"ghcr.io//b", "!"},
 		{"-bad.example/x", "!"},
 		{"host:port/x", "!"},
+		// Spellings of a registry an allowlist could be read through: a
+		// port, userinfo, a trailing dot, an empty port, a line break.
+		{"docker.io:443/library/busybox", "docker.io:443"},
+		{"registry-1.docker.io/library/busybox", "docker.io"},
+		{"user@ghcr.io/a/b", "!"},
+		{"ghcr.io@evil.example/a", "!"},
+		{"ghcr.io./a/b", "!"},
+		{"ghcr.io:/a/b", "!"},
+		{"ghcr.io/a/b\n", "!"},
+		{"ghcr.io/a/b:t\nevil.example/x", "!"},
+		{"http://ghcr.io/a/b", "!"},
 	} {
 		got, err := ImageRegistry(tc.image)
 		switch {
