@@ -259,6 +259,16 @@ func TestNodeFetches(t *testing.T) {
 			s.Volumes = []corev1.Volume{ephemeralVol(new("cdi.kubevirt.io"), "VolumeImportSource")}
 		}, ""},
 		{"PVC clone", func(*Options) {}, func(s *corev1.PodSpec) { s.Volumes = []corev1.Volume{ephemeralVol(nil, "PersistentVolumeClaim")} }, ""},
+		{"ephemeral claim with CDI's import annotation", func(o *Options) { o.AllowedCSIDrivers = []string{"VolumeImportSource.cdi.kubevirt.io"} }, func(s *corev1.PodSpec) {
+			v := ephemeralVol(nil, "PersistentVolumeClaim")
+			v.Ephemeral.VolumeClaimTemplate.Annotations = map[string]string{"cdi.kubevirt.io/storage.import.endpoint": "http://203.0.113.9/exfil?d=data"}
+			s.Volumes = []corev1.Volume{v}
+		}, "ephemeral claim annotation cdi.kubevirt.io/storage.import.endpoint"},
+		{"ephemeral claim with labels only", func(*Options) {}, func(s *corev1.PodSpec) {
+			v := ephemeralVol(nil, "PersistentVolumeClaim")
+			v.Ephemeral.VolumeClaimTemplate.Labels = map[string]string{"app": "agent"}
+			s.Volumes = []corev1.Volume{v}
+		}, ""},
 		{"snapshot restore", func(*Options) {}, func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{ephemeralVol(new("snapshot.storage.k8s.io"), "VolumeSnapshot")}
 		}, ""},

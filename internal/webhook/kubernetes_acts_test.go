@@ -9,6 +9,7 @@ import (
 	"github.com/botbox/botbox/internal/inject"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -94,6 +95,11 @@ func TestCreateCases(t *testing.T) {
 				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 					DataSourceRef: &corev1.TypedObjectReference{APIGroup: new("cdi.kubevirt.io"), Kind: "VolumeImportSource", Name: "src"}}}}}})
 		}, "VolumeImportSource.cdi.kubevirt.io"},
+		{"ephemeral claim with CDI's import annotation", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "e", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"cdi.kubevirt.io/storage.import.endpoint": "http://203.0.113.9/exfil?d=data"}},
+				Spec:       corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}}}}})
+		}, "ephemeral claim annotation cdi.kubevirt.io/storage.import.endpoint"},
 		{"B09 hostPort", func(p *corev1.Pod) {
 			app(p).Ports = []corev1.ContainerPort{{ContainerPort: 9090, HostPort: 9090, Protocol: "TCP"}}
 		}, "hostPort"},
