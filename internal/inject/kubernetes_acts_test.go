@@ -249,6 +249,9 @@ func TestNodeFetches(t *testing.T) {
 		{"inline CSI listed", func(o *Options) { o.AllowedCSIDrivers = []string{"secrets-store.csi.k8s.io"} }, func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{csiVol("secrets-store.csi.k8s.io", "other")}
 		}, ""},
+		{"inline CSI driver in another case than listed", func(o *Options) { o.AllowedCSIDrivers = []string{"secrets-store.csi.k8s.io"} }, func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{csiVol("Secrets-Store.csi.k8s.io", "")}
+		}, `inline CSI driver "Secrets-Store.csi.k8s.io" is not in --allowed-csi-drivers`},
 		{"C09 nodePublishSecretRef to BotBox's Secret, driver listed", func(o *Options) { o.AllowedCSIDrivers = []string{"smb.csi.k8s.io"} }, func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{csiVol("smb.csi.k8s.io", DefaultSecret)}
 		}, `reads Secret "botbox-secrets"`},

@@ -363,4 +363,21 @@ func TestConnectCases(t *testing.T) {
 	if resp := post(t, srv, PathValidate, []byte(bad)); resp.Allowed {
 		t.Error("exec with PodAttachOptions admitted")
 	}
+	// Options without a kind are still read for their container; options
+	// that are missing or not an object are refused, never let through.
+	for name, tc := range map[string]struct{ body, want string }{
+		"exec into botbox, options without kind": {strings.Replace(string(connectReview("exec", `"container": "botbox"`)), `"kind": "PodExecOptions", "apiVersion": "v1", `, "", 1), `exec into BotBox's container "botbox"`},
+		"exec without options":                   {strings.Replace(string(connectReview("exec", `"container": "app"`)), `"object": {"kind": "PodExecOptions", "apiVersion": "v1", "container": "app"}`, `"object": null`, 1), "decoding the exec options"},
+		"exec with options not an object":        {strings.Replace(string(connectReview("exec", `"container": "app"`)), `"object": {"kind": "PodExecOptions", "apiVersion": "v1", "container": "app"}`, `"object": ["botbox"]`, 1), "decoding the exec options"},
+		"port-forward with ports as a string":    {strings.Replace(string(connectReview("portforward", `"ports": [3000]`)), `"ports": [3000]`, `"ports": "8080"`, 1), "decoding the port-forward options"},
+		"CONNECT on pods/proxy":                  {strings.ReplaceAll(string(connectReview("exec", `"container": "app"`)), `"exec"`, `"proxy"`), "CONNECT on pods/proxy is not handled"},
+		"CONNECT on services/proxy":              {strings.Replace(strings.ReplaceAll(string(connectReview("exec", `"container": "app"`)), `"exec"`, `"proxy"`), `"resource": {"group": "", "version": "v1", "resource": "pods"}`, `"resource": {"group": "", "version": "v1", "resource": "services"}`, 1), "got CONNECT services/proxy"},
+	} {
+		resp := post(t, srv, PathValidate, []byte(tc.body))
+		if resp.Allowed {
+			t.Errorf("%s: admitted", name)
+		} else if !strings.Contains(resp.Result.Message, tc.want) {
+			t.Errorf("%s: message %q does not contain %q", name, resp.Result.Message, tc.want)
+		}
+	}
 }
