@@ -164,12 +164,22 @@ func review(req *admissionv1.AdmissionRequest, mutate bool, o inject.Options) de
 }
 
 // updateChangesBotBox refuses an UPDATE that removes or changes the
-// botbox.dev/injected label (the shipped NetworkPolicy selects on it) or
-// changes the image of one of BotBox's containers (/mutate would restore
-// it without a word); "" when neither.
+// botbox.dev/injected label (the shipped NetworkPolicy selects on it) or,
+// on an injected Pod, the scrape annotations inject set (annotation-based
+// Prometheus jobs read the port and path from them); that adds, changes
+// or removes a legacy AppArmor annotation; or that changes the image of
+// one of BotBox's containers (/mutate would restore it without a word);
+// "" when none.
 func updateChangesBotBox(old, pod *corev1.Pod) string {
 	if v, ok := old.Labels[inject.LabelInjected]; ok && pod.Labels[inject.LabelInjected] != v {
 		return fmt.Sprintf("the update removes or changes label %s=%s, which the NetworkPolicy and the PodMonitor select on; an injected Pod keeps it", inject.LabelInjected, v)
+	}
+	if _, injected := old.Labels[inject.LabelInjected]; injected {
+		for _, k := range []string{inject.AnnotationScrape, inject.AnnotationPort, inject.AnnotationPath} {
+			if ov, ok := old.Annotations[k]; ok && pod.Annotations[k] != ov {
+				return fmt.Sprintf("the update changes annotation %s from %q to %q: it tells Prometheus where BotBox's metrics are, and another port or path would let the app serve forged ones; an injected Pod keeps it", k, ov, pod.Annotations[k])
+			}
+		}
 	}
 	if k := changedAppArmorAnnotation(old.Annotations, pod.Annotations); k != "" {
 		return fmt.Sprintf("the update adds, changes or removes annotation %s, which sets a container's AppArmor profile when it (re)starts; set appArmorProfile in the Pod's spec and recreate the Pod", k)

@@ -169,6 +169,9 @@ func TestUpdateCases(t *testing.T) {
 			p.Annotations["container.apparmor.security.beta.kubernetes.io/"+p.Spec.Containers[0].Name] = "runtime/default"
 			p.Spec.Containers[0].Image = "registry.example/agent:2"
 		}, "AppArmor profile when it (re)starts"},
+		{"scrape port moved to the app's", "", func(p *corev1.Pod) { p.Annotations[inject.AnnotationPort] = "3000" }, "annotation prometheus.io/port from \"9090\" to \"3000\""},
+		{"scrape path changed", "", func(p *corev1.Pod) { p.Annotations[inject.AnnotationPath] = "/fake" }, "prometheus.io/path"},
+		{"scraping turned off", "", func(p *corev1.Pod) { delete(p.Annotations, inject.AnnotationScrape) }, "prometheus.io/scrape"},
 		{"other annotation changed by a metadata-only update", "", func(p *corev1.Pod) { p.Annotations["agent.example/note"] = "x" }, ""},
 		{"D13 sidecar image swapped", "", func(p *corev1.Pod) {
 			for i := range p.Spec.InitContainers {
