@@ -3,6 +3,7 @@ package inject
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -287,7 +288,8 @@ func Pod(meta *metav1.ObjectMeta, spec *corev1.PodSpec, o Options) error {
 // Pod over its own network, outside the Pod's egress rules: an image from
 // a registry not in --allowed-image-registries, an inline CSI volume of a
 // driver, or a generic ephemeral volume with a data source, not in
-// --allowed-csi-drivers. Every container is checked, BotBox's own image
+// --allowed-csi-drivers, or a generic ephemeral volume whose claim
+// carries annotations (importers such as CDI fetch what they name). Every container is checked, BotBox's own image
 // excepted (TestNodeFetches).
 func nodeFetches(spec *corev1.PodSpec, o Options) []error {
 	var errs []error
@@ -301,6 +303,9 @@ func nodeFetches(spec *corev1.PodSpec, o Options) []error {
 		case v.CSI != nil && !slices.Contains(o.AllowedCSIDrivers, v.CSI.Driver):
 			errs = append(errs, fmt.Errorf("csi: volume %q: inline CSI driver %q is not in --allowed-csi-drivers %v: the node mounts what the Pod's volumeAttributes name, over its own network", v.Name, v.CSI.Driver, o.AllowedCSIDrivers))
 		case v.Ephemeral != nil && v.Ephemeral.VolumeClaimTemplate != nil:
+			for _, k := range slices.Sorted(maps.Keys(v.Ephemeral.VolumeClaimTemplate.Annotations)) {
+				errs = append(errs, fmt.Errorf("csi: volume %q: ephemeral claim annotation %s: controllers act on a claim's annotations (CDI's cdi.kubevirt.io/storage.import.endpoint fetches the URL it names), outside the Pod; an ephemeral claim carries none", v.Name, k))
+			}
 			ps := v.Ephemeral.VolumeClaimTemplate.Spec
 			for _, ref := range []*corev1.TypedLocalObjectReference{ps.DataSource, typedRef(ps.DataSourceRef)} {
 				if ref == nil || inClusterDataSource(ref) {

@@ -286,11 +286,18 @@ func normCap(c corev1.Capability) string {
 	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
 }
 
+// dropsAll reports whether c's capabilities.drop holds "ALL" spelt
+// exactly so, the one spelling every runtime reads as all capabilities:
+// containerd and CRI-O compare each entry with "ALL" ignoring case, and
+// turn any other entry into "CAP_"+entry, so "CAP_ALL" drops the unknown
+// CAP_CAP_ALL and leaves the default set (NET_RAW, SETUID) in place. Any
+// other spelling gets "ALL" added by inject and is refused by the
+// invariants (TestDropAllSpellings).
 func dropsAll(c *corev1.Container) bool {
 	if c.SecurityContext == nil || c.SecurityContext.Capabilities == nil {
 		return false
 	}
-	return slices.ContainsFunc(c.SecurityContext.Capabilities.Drop, func(d corev1.Capability) bool { return normCap(d) == "ALL" })
+	return slices.Contains(c.SecurityContext.Capabilities.Drop, "ALL")
 }
 
 func checkCapabilities(v *podView) error {

@@ -3,7 +3,9 @@ package inject
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,6 +144,33 @@ func TestPodSecurityBaseline(t *testing.T) {
 		{"A27 hostProcess", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
 			s.SecurityContext.WindowsOptions = &corev1.WindowsSecurityContextOptions{HostProcess: new(true)}
 		}, []string{"hostProcess"}},
+		// Pod Security is evaluated with the ephemeral containers, and the
+		// legacy AppArmor annotations are read whichever container they
+		// name, iptables-init (left out of the evaluation) included. (The
+		// legacy seccomp annotations are read by no kubelet BotBox runs
+		// on: native sidecars need 1.29, kubelets ignore them since 1.27.)
+		{"ephemeral container seccomp Unconfined", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}})}
+		}, []string{"seccompProfile", `"debugger"`}},
+		{"ephemeral container procMount Unmasked", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)), ProcMount: new(corev1.UnmaskedProcMount)})}
+		}, []string{"procMount"}},
+		{"ephemeral container appArmor Unconfined", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)),
+				AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}})}
+		}, []string{"AppArmor profile"}},
+		{"ephemeral container hostProcess", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			s.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)),
+				WindowsOptions: &corev1.WindowsSecurityContextOptions{HostProcess: new(true)}})}
+		}, []string{"hostProcess"}},
+		{"legacy AppArmor annotation for iptables-init", func(m *metav1.ObjectMeta, _ *corev1.PodSpec) {
+			m.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/iptables-init": "unconfined"}
+		}, []string{"AppArmor"}},
+		{"user sidecar startup probe host", func(_ *metav1.ObjectMeta, s *corev1.PodSpec) {
+			always := corev1.ContainerRestartPolicyAlways
+			s.InitContainers = []corev1.Container{{Name: "side", Image: "busybox", RestartPolicy: &always, StartupProbe: httpHost("203.0.113.8")}}
+		}, []string{`container "side": startup probe httpGet.host "203.0.113.8"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			meta, spec := testPod()
@@ -220,6 +249,9 @@ func TestNodeFetches(t *testing.T) {
 		{"inline CSI listed", func(o *Options) { o.AllowedCSIDrivers = []string{"secrets-store.csi.k8s.io"} }, func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{csiVol("secrets-store.csi.k8s.io", "other")}
 		}, ""},
+		{"inline CSI driver in another case than listed", func(o *Options) { o.AllowedCSIDrivers = []string{"secrets-store.csi.k8s.io"} }, func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{csiVol("Secrets-Store.csi.k8s.io", "")}
+		}, `inline CSI driver "Secrets-Store.csi.k8s.io" is not in --allowed-csi-drivers`},
 		{"C09 nodePublishSecretRef to BotBox's Secret, driver listed", func(o *Options) { o.AllowedCSIDrivers = []string{"smb.csi.k8s.io"} }, func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{csiVol("smb.csi.k8s.io", DefaultSecret)}
 		}, `reads Secret "botbox-secrets"`},
@@ -230,6 +262,16 @@ func TestNodeFetches(t *testing.T) {
 			s.Volumes = []corev1.Volume{ephemeralVol(new("cdi.kubevirt.io"), "VolumeImportSource")}
 		}, ""},
 		{"PVC clone", func(*Options) {}, func(s *corev1.PodSpec) { s.Volumes = []corev1.Volume{ephemeralVol(nil, "PersistentVolumeClaim")} }, ""},
+		{"ephemeral claim with CDI's import annotation", func(o *Options) { o.AllowedCSIDrivers = []string{"VolumeImportSource.cdi.kubevirt.io"} }, func(s *corev1.PodSpec) {
+			v := ephemeralVol(nil, "PersistentVolumeClaim")
+			v.Ephemeral.VolumeClaimTemplate.Annotations = map[string]string{"cdi.kubevirt.io/storage.import.endpoint": "http://203.0.113.9/exfil?d=data"}
+			s.Volumes = []corev1.Volume{v}
+		}, "ephemeral claim annotation cdi.kubevirt.io/storage.import.endpoint"},
+		{"ephemeral claim with labels only", func(*Options) {}, func(s *corev1.PodSpec) {
+			v := ephemeralVol(nil, "PersistentVolumeClaim")
+			v.Ephemeral.VolumeClaimTemplate.Labels = map[string]string{"app": "agent"}
+			s.Volumes = []corev1.Volume{v}
+		}, ""},
 		{"snapshot restore", func(*Options) {}, func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{ephemeralVol(new("snapshot.storage.k8s.io"), "VolumeSnapshot")}
 		}, ""},
@@ -276,6 +318,17 @@ func TestImageRegistry(t *testing.T) {
 		{"ghcr.io//b", "!"},
 		{"-bad.example/x", "!"},
 		{"host:port/x", "!"},
+		// Spellings of a registry an allowlist could be read through: a
+		// port, userinfo, a trailing dot, an empty port, a line break.
+		{"docker.io:443/library/busybox", "docker.io:443"},
+		{"registry-1.docker.io/library/busybox", "docker.io"},
+		{"user@ghcr.io/a/b", "!"},
+		{"ghcr.io@evil.example/a", "!"},
+		{"ghcr.io./a/b", "!"},
+		{"ghcr.io:/a/b", "!"},
+		{"ghcr.io/a/b\n", "!"},
+		{"ghcr.io/a/b:t\nevil.example/x", "!"},
+		{"http://ghcr.io/a/b", "!"},
 	} {
 		got, err := ImageRegistry(tc.image)
 		switch {
@@ -318,6 +371,9 @@ var guardRedirect = regexp.MustCompile(`(udp|tcp) dport 53 fib saddr type local 
 
 func TestDefaultOptionsContain(t *testing.T) {
 	open := regexp.MustCompile(`(?m)^\s*(udp|tcp) dport 53 (return|accept)`)
+	// The redirect matches the Pod's own sources only (the guard is no
+	// reflector, TestDNSGuardSpoofedSourceNoReflection).
+	guardRedirect := regexp.MustCompile(`(?m)^\s*(udp|tcp) dport 53 fib saddr type local redirect to :8053$`)
 	for _, tc := range []struct {
 		name     string
 		opts     func(*Options)
@@ -453,5 +509,38 @@ func TestWeaknesses(t *testing.T) {
 				t.Errorf("%s: warning %q does not contain %q", tc.name, got[i], w)
 			}
 		}
+	}
+}
+
+// TestDropAllSpellings: only capabilities.drop "ALL" spelt exactly counts
+// as dropping all. containerd and CRI-O read "CAP_ALL" as the unknown
+// capability CAP_CAP_ALL, so a root app dropping only that keeps the
+// runtime's default set (NET_RAW, SETUID: it can become the exempt UID);
+// inject adds "ALL" after every other spelling, and CheckPod (what
+// /validate runs) refuses a Pod still spelling it otherwise.
+func TestDropAllSpellings(t *testing.T) {
+	for _, drop := range [][]corev1.Capability{{"CAP_ALL"}, {"cap_all"}, {"all"}, {"All"}, {" ALL"}, {"ALL "}, {"ALL,"}, {"NET_RAW", "CAP_ALL"}} {
+		t.Run(fmt.Sprint(drop), func(t *testing.T) {
+			meta, spec := testPod()
+			spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: new(int64(0)), Capabilities: &corev1.Capabilities{Drop: drop}}
+			spec.EphemeralContainers = []corev1.EphemeralContainer{ephemeral("debugger", &corev1.SecurityContext{RunAsUser: new(int64(1000)), Capabilities: &corev1.Capabilities{Drop: drop}})}
+			if err := Pod(meta, spec, DefaultOptions()); err != nil {
+				t.Fatalf("Pod() = %v", err)
+			}
+			for _, c := range newPodView(spec, nil, nil, Admission).containers() {
+				if !slices.Contains(c.SecurityContext.Capabilities.Drop, "ALL") {
+					t.Errorf("container %q drops %v after inject, without \"ALL\"", c.Name, c.SecurityContext.Capabilities.Drop)
+				}
+			}
+			for _, c := range []*corev1.Container{&spec.Containers[0], lastEphemeral(spec)} {
+				c.SecurityContext.Capabilities.Drop = drop
+			}
+			msg := fmt.Sprint(errors.Join(CheckPod(spec, DefaultOptions().Layout(), nil, Admission)...))
+			for _, want := range []string{`container "app" must drop ALL`, `container "app" runs as root without capabilities.drop [ALL]`, `container "debugger" must drop ALL`} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("CheckPod with drop %q: %q lacks %q", drop, msg, want)
+				}
+			}
+		})
 	}
 }

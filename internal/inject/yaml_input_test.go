@@ -33,6 +33,28 @@ func TestYAMLInputCases(t *testing.T) {
 		{"JSON then YAML", goodPod + "\n---\n" + strings.ReplaceAll(goodPod, `"name":"agent"`, `"name":"two"`), nil, 2},
 		{"any *List", "apiVersion: v1\nkind: PodList\nitems:\n- " + goodPod + "\n", nil, 1},
 		{"nested lists", "apiVersion: v1\nkind: List\nitems:\n- apiVersion: apps/v1\n  kind: PodList\n  items:\n  - " + goodPod + "\n", nil, 1},
+		// The spellings where another reader could see another object
+		// (kubectl's decoders match keys case-sensitively; encoding/json,
+		// under inject's TypeMeta, folds them, Unicode folds included):
+		// each is read as a Pod and refused, refused as a duplicate, or
+		// refused by the Pod-shape search; none is copied unchanged. A
+		// folded spec field kubectl would drop is read by inject: stricter.
+		{"byte order mark before YAML", "\ufeffapiVersion: v1\nkind: Pod\nmetadata: {name: agent}\nspec:\n  securityContext: {runAsUser: 1337}\n  containers: [{name: app, image: busybox}]\n", []string{"runs as UID 1337"}, 0},
+		{"byte order mark before JSON", "\ufeff" + uid1337Pod, []string{"runs as UID 1337"}, 0},
+		{"kind folded to a harmless kind", "apiVersion: v1\nkind: Pod\nKind: ConfigMap\nmetadata: {name: agent}\nspec:\n  securityContext: {runAsUser: 1337}\n  containers: [{name: app, image: busybox}]\n", []string{"runs as UID 1337"}, 0},
+		{"kind folded in JSON", `{"apiVersion":"v1","kind":"Pod","KIND":"ConfigMap","metadata":{"name":"agent"},"spec":{"securityContext":{"runAsUser":1337},"containers":[{"name":"app","image":"busybox"}]}}`, []string{"runs as UID 1337"}, 0},
+		// U+212A KELVIN SIGN folds to K for encoding/json and sorts after
+		// "kind": inject's TypeMeta reads ConfigMap where kubectl reads
+		// Pod; the Pod-shape search, which reads keys as kubectl does,
+		// refuses it.
+		{"kind folded through the Kelvin sign", "apiVersion: v1\nkind: Pod\n\u212aind: ConfigMap\nmetadata: {name: agent}\nspec:\n  containers: [{name: app, image: busybox}]\n", []string{"v1 ConfigMap carries a Pod template (spec.containers)"}, 0},
+		{"apiVersion folded through the long s", "apiVersion: v1\napiVer\u017fion: example.dev/v1\nkind: Pod\nmetadata: {name: agent}\nspec:\n  containers: [{name: app, image: busybox}]\n", []string{"example.dev/v1 Pod carries a Pod template (spec.containers)"}, 0},
+		{"duplicate kind key", "apiVersion: v1\nkind: ConfigMap\nkind: Pod\nmetadata: {name: agent}\nspec:\n  containers: [{name: app, image: busybox}]\n", []string{"Pod: error converting YAML to JSON"}, 0},
+		{"duplicate securityContext in a Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: agent}\nspec:\n  securityContext: {runAsUser: 1000}\n  securityContext: {runAsUser: 1337}\n  containers: [{name: app, image: busybox}]\n", []string{"Pod: error converting YAML to JSON"}, 0},
+		{"folded spec field in a Pod", "apiVersion: v1\nkind: Pod\nmetadata: {name: agent}\nspec:\n  HostNetwork: true\n  securityContext: {runAsUser: 1000}\n  containers: [{name: app, image: busybox}]\n", []string{"hostNetwork: the init step"}, 0},
+		{"items folded through the long s", "apiVersion: v1\nkind: List\nitems:\n- " + uid1337Pod + "\nitem\u017f: not-a-list\n", []string{"v1 List carries a Pod template (items[0].spec.containers)"}, 0},
+		{"binary-tagged kind", "apiVersion: v1\nkind: !!binary UG9k\nmetadata: {name: agent}\nspec:\n  securityContext: {runAsUser: 1337}\n  containers: [{name: app, image: busybox}]\n", []string{"runs as UID 1337"}, 0},
+		{"merge key carrying the spec", "base: &b\n  securityContext: {runAsUser: 1337}\n  containers: [{name: app, image: busybox}]\napiVersion: v1\nkind: Pod\nmetadata: {name: agent}\nspec:\n  <<: *b\n", []string{`unknown field "base"`}, 0},
 		{"ConfigMap passes", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {containers: \"[]\"}\n", nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

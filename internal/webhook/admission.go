@@ -164,12 +164,25 @@ func review(req *admissionv1.AdmissionRequest, mutate bool, o inject.Options) de
 }
 
 // updateChangesBotBox refuses an UPDATE that removes or changes the
-// botbox.dev/injected label (the shipped NetworkPolicy selects on it) or
-// changes the image of one of BotBox's containers (/mutate would restore
-// it without a word); "" when neither.
+// botbox.dev/injected label (the shipped NetworkPolicy selects on it) or,
+// on an injected Pod, the scrape annotations inject set (annotation-based
+// Prometheus jobs read the port and path from them); that adds, changes
+// or removes a legacy AppArmor annotation; or that changes the image of
+// one of BotBox's containers (/mutate would restore it without a word);
+// "" when none.
 func updateChangesBotBox(old, pod *corev1.Pod) string {
 	if v, ok := old.Labels[inject.LabelInjected]; ok && pod.Labels[inject.LabelInjected] != v {
 		return fmt.Sprintf("the update removes or changes label %s=%s, which the NetworkPolicy and the PodMonitor select on; an injected Pod keeps it", inject.LabelInjected, v)
+	}
+	if _, injected := old.Labels[inject.LabelInjected]; injected {
+		for _, k := range []string{inject.AnnotationScrape, inject.AnnotationPort, inject.AnnotationPath} {
+			if ov, ok := old.Annotations[k]; ok && pod.Annotations[k] != ov {
+				return fmt.Sprintf("the update changes annotation %s from %q to %q: it tells Prometheus where BotBox's metrics are, and another port or path would let the app serve forged ones; an injected Pod keeps it", k, ov, pod.Annotations[k])
+			}
+		}
+	}
+	if k := changedAppArmorAnnotation(old.Annotations, pod.Annotations); k != "" {
+		return fmt.Sprintf("the update adds, changes or removes annotation %s, which sets a container's AppArmor profile when it (re)starts; set appArmorProfile in the Pod's spec and recreate the Pod", k)
 	}
 	for _, oc := range old.Spec.InitContainers {
 		if oc.Name != inject.NameBotBox && oc.Name != inject.NameInit && oc.Name != inject.NameCAInit {
@@ -178,6 +191,28 @@ func updateChangesBotBox(old, pod *corev1.Pod) string {
 		for _, nc := range pod.Spec.InitContainers {
 			if nc.Name == oc.Name && nc.Image != oc.Image {
 				return fmt.Sprintf("the update changes the image of BotBox's container %q from %q to %q; BotBox's image is the webhook's --image (upgrade the chart, then restart the Pod)", oc.Name, oc.Image, nc.Image)
+			}
+		}
+	}
+	return ""
+}
+
+// appArmorAnnotationPrefix is the legacy per-container AppArmor
+// annotation, which kubelets still read when they start a container.
+const appArmorAnnotationPrefix = "container.apparmor.security.beta.kubernetes.io/"
+
+// changedAppArmorAnnotation names the first legacy AppArmor annotation
+// that differs between old and cur ("" when none): a spec-only review
+// would let an UPDATE of metadata alone unconfine a container at its next
+// restart. The API server refuses such updates too; this holds where it
+// would not (TestUpdateCases "AppArmor annotation").
+func changedAppArmorAnnotation(old, cur map[string]string) string {
+	for _, m := range []map[string]string{old, cur} {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			ov, inOld := old[k]
+			cv, inCur := cur[k]
+			if strings.HasPrefix(k, appArmorAnnotationPrefix) && (inOld != inCur || ov != cv) {
+				return k
 			}
 		}
 	}

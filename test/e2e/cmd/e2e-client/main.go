@@ -7,9 +7,14 @@
 //
 //	http  -url URL [-method M] [-H 'Name: value']... [-host H] [-sni S] [-cacert F] [-proxy URL] [-data D]
 //	tcp   -addr HOST:PORT            connect and hang up
-//	udp   -addr HOST:PORT -payload P [-src IP]   send one datagram; -src binds
-//	                                 that source address with IP(V6)_FREEBIND
-//	                                 (no privilege needed: a foreign source)
+//	udp   -addr HOST:PORT -payload P [-src IP] [-device DEV] [-via IP6]   send one
+//	                                 datagram; -src binds that source address with
+//	                                 IP(V6)_FREEBIND (no privilege needed: a foreign
+//	                                 source); -device binds the socket to DEV
+//	                                 (SO_BINDTODEVICE, unprivileged since Linux 5.7);
+//	                                 -via sends it with an IPv6 segment routing header
+//	                                 (IPV6_RTHDR type 4, no privilege needed) whose
+//	                                 first hop is IP6 and final segment -addr
 //	raw   -addr HOST:PORT -data D [-tls -sni S -cacert F]   write D, read one HTTP response
 //	udplite -addr HOST:PORT -payload P   send one UDP-Lite (IP protocol 136) datagram
 //	rawip -addr IP -proto N -payload P   send one raw IP packet of protocol N (needs CAP_NET_RAW)
@@ -76,6 +81,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 type opts struct {
 	url, method, host, sni, cacert, proxy, data string
 	src                                         string
+	device, via                                 string
 	addrs, headers                              listFlag
 	payload, headerOf, stopValue                string
 	useTLS                                      bool
@@ -106,6 +112,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&o.addrs, "addr", "HOST:PORT (repeatable for wait)")
 	fs.StringVar(&o.payload, "payload", "e2e", "UDP payload")
 	fs.StringVar(&o.src, "src", "", "udp, tcp, dns, ping: source address, bound with IP(V6)_FREEBIND")
+	fs.StringVar(&o.device, "device", "", "udp: bind the socket to this interface (SO_BINDTODEVICE)")
+	fs.StringVar(&o.via, "via", "", "udp: IPv6 first hop of a segment routing header ending at -addr")
 	fs.BoolVar(&o.useTLS, "tls", false, "raw: speak TLS")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 1500*time.Millisecond, "TCP connect timeout")
 	fs.DurationVar(&o.timeout, "timeout", 8*time.Second, "overall timeout")
@@ -389,14 +397,43 @@ func doUDP(o opts) wire.Result {
 		return r
 	}
 	var d net.Dialer
+	var src netip.Addr
 	if o.src != "" {
-		src, err := netip.ParseAddr(o.src)
-		if err != nil {
+		var err error
+		if src, err = netip.ParseAddr(o.src); err != nil {
 			fail(&r, err)
 			return r
 		}
 		d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
-		d.Control = freebind(src.Is6())
+	}
+	var via netip.Addr
+	if o.via != "" {
+		var err error
+		if via, err = netip.ParseAddr(o.via); err != nil || !via.Is6() {
+			fail(&r, fmt.Errorf("-via %q: want an IPv6 address", o.via))
+			return r
+		}
+	}
+	d.Control = func(network, address string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			switch {
+			case src.Is6():
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, ipv6Freebind, 1)
+			case src.Is4():
+				serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipFreebind, 1)
+			}
+			if serr == nil && o.device != "" {
+				serr = syscall.SetsockoptString(int(fd), syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, o.device)
+			}
+			if serr == nil && via.IsValid() {
+				serr = syscall.SetsockoptString(int(fd), syscall.IPPROTO_IPV6, ipv6RTHdr, string(segmentRoutingHeader(via)))
+			}
+		})
+		if err != nil {
+			return err
+		}
+		return serr
 	}
 	c, err := d.Dial("udp", o.addrs[0])
 	if err != nil {
@@ -413,10 +450,26 @@ func doUDP(o opts) wire.Result {
 	return r
 }
 
+// Socket options syscall does not name (linux/in.h, linux/in6.h).
+const ipFreebind, ipv6Freebind, ipv6RTHdr = 15, 78, 57
+
+// segmentRoutingHeader is an IPv6 segment routing header (RFC 8754, type
+// 4) of two segments: the final one, which the kernel fills in with the
+// socket's destination, and firstHop, the packet's IPv6 destination.
+func segmentRoutingHeader(firstHop netip.Addr) []byte {
+	h := make([]byte, 8+2*16)
+	h[1] = 4 // hdrlen: 8-octet units after the first 8
+	h[2] = 4 // routing type: segment routing
+	h[3] = 1 // segments left
+	h[4] = 1 // last entry
+	hop := firstHop.As16()
+	copy(h[8+16:], hop[:])
+	return h
+}
+
 // freebind sets IP_FREEBIND or IPV6_FREEBIND before the bind: the socket
 // may then use an address that is not the host's, without any capability.
 func freebind(v6 bool) func(network, address string, c syscall.RawConn) error {
-	const ipFreebind, ipv6Freebind = 15, 78 // linux/in.h, linux/in6.h
 	return func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
