@@ -365,10 +365,6 @@ func FuzzImageRegistry(f *testing.F) {
 // environment has no port-53 path (udp or tcp, IPv4 or IPv6) except the
 // redirect to the guard. With --dns-guard=false the same print has the
 // open "dport 53 return", so the check can fail.
-// guardRedirect is one redirect of port 53 to the guard, matching local
-// sources only (the foreign-source drop precedes it: reflect_test.go).
-var guardRedirect = regexp.MustCompile(`(udp|tcp) dport 53 fib saddr type local redirect to :8053`)
-
 func TestDefaultOptionsContain(t *testing.T) {
 	open := regexp.MustCompile(`(?m)^\s*(udp|tcp) dport 53 (return|accept)`)
 	// The redirect matches the Pod's own sources only (the guard is no
