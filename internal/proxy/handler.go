@@ -370,6 +370,11 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 		out.URL.Path = "/"
 	}
 	out.Host = x.authority
+	// Request trailers are never forwarded, names or values: they arrive
+	// after the body, when the tripwire, the override check and the
+	// rewrites have already judged the request, so nothing there is
+	// judged (TestRequestTrailersNeverForwarded).
+	out.Trailer = nil
 	if x.agentH2 && out.Body != nil {
 		// The transport's Close of the body ends the agent's (outboundBody).
 		x.ob.ReadCloser, x.ob.x = out.Body, x

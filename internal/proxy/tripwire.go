@@ -56,7 +56,8 @@ func (e *tripwireError) Error() string {
 
 // tripHead is the tripwire over what a request shows before its body: the
 // host name, the URL (path, query, fragment, userinfo; as sent and
-// percent-decoded once) and every header name and value. A placeholder is
+// percent-decoded once), every header name and value, and the trailer
+// names the request declares (TestTrailerNameCarriesNoPlaceholder). A placeholder is
 // accepted in exactly two places, both of which the rule that allowed the
 // request replaces whole, so the app's bytes there never reach the
 // origin: a header its header_rewrites set from that placeholder's secret
@@ -89,6 +90,14 @@ func (h *Handler) tripHead(r *http.Request, x *exchange, hp hostport.HostPort, g
 	}
 	if info, found := findInHead(t, set, r.URL, r.Header); found {
 		h.tripped(x, info, d)
+		return true
+	}
+	// The names a request declares in its Trailer header (net/http moves
+	// them from the header to r.Trailer) are header names too; no rewrite
+	// owns them. Their values arrive after the body and are never
+	// forwarded (rewrite drops every request trailer).
+	if ref, form, found := t.FindHeader(r.Trailer, nil); found {
+		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInHeader, form: form}, d)
 		return true
 	}
 	return false
