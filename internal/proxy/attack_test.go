@@ -124,3 +124,147 @@ func TestTrailerNameCarriesNoPlaceholder(t *testing.T) {
 		e.assertTripped(resp.StatusCode, string(b), ListenerHTTPS, "other-key", "header", "bare.example.test")
 	})
 }
+
+// hooksDenyRules: the GitHub shape of redteam 2026-12-01 §4, a deny route
+// under a broad allow, with the credential.
+const hooksDenyRules = `    - host: api.example.test
+      action: allow
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: api-key
+      routes:
+        - paths: ["/repos/acme/app/hooks/**"]
+          action: deny
+        - methods: [GET, HEAD, POST]
+          paths: ["/repos/acme/**"]
+`
+
+// TestDenyRouteEverySpellingEveryListener: every spelling an origin may
+// read as the denied /repos/acme/app/hooks, sent through every listener
+// (plain, interception over HTTP/1.1 and HTTP/2, a CONNECT tunnel), is
+// refused before the origin, with or without the credential's header.
+func TestDenyRouteEverySpellingEveryListener(t *testing.T) {
+	spellings := []string{
+		"/repos/acme/app/hooks",
+		"/repos/acme/app/hooks/",
+		"/repos/acme/App/Hooks",
+		"/repos/acme/app/HOOKS/1",
+		"/repos/acme/app/%68ooks",
+		"/repos/acme/app/ho%6Fks",
+		"/repos/acme/app/hooks.",
+		"/repos/acme/app/hooks%2E",
+		"/repos/acme/app/hooks%20",
+		"/repos/acme/app/hooks.json",
+		"/repos/acme/app/hooks.x.json",
+		"/repos/acme/app/hooks;x=1",
+		"/repos/acme/app/hooks%3Bx",
+		"/repos/acme/app/hooks%252e",
+		"/repos/acme/app/hook%C5%BF",   // ſ folds to s
+		"/repos/acme/app/%EF%BD%88ooks", // fullwidth h
+		"/repos/acme/app/hooks%00",
+		"/repos/acme/app/hooks%0a",
+		"/repos/acme/app/x/../hooks",
+		"/repos/acme/app/./hooks",
+		"/repos/acme/app//hooks",
+		"/repos/acme/app%2Fhooks",
+		"/repos/acme/app%5Chooks",
+		"/repos/acme/app/hooks?_method=GET",
+		"/repos/acme/app/hooks#frag",
+		"/repos/acme/app/hooks%3Fx=1",
+		"/repos/acme/app%3F/hooks",
+		"/repos/acme/app/pulls?_method=DELETE",
+		"/repos/acme/app/pulls?a=1;_METHOD=DELETE",
+		"/repos/acme/app/pulls?%5Fmethod=DELETE",
+		"/repos/acme/app/pulls?.method=DELETE",
+	}
+	for _, l := range listeners {
+		t.Run(l, func(t *testing.T) {
+			e := newTripEnv(t, envOpts{})
+			e.usePolicy(hooksDenyRules)
+			for _, p := range spellings {
+				for _, method := range []string{http.MethodGet, http.MethodPost} {
+					status, _ := e.sendRaw(l, method, "api.example.test", p, nil)
+					if status < 400 {
+						t.Errorf("%s %s via %s: %d, want a refusal", method, p, l, status)
+					}
+				}
+			}
+			for _, hdr := range []http.Header{
+				{"X-Http-Method-Override": {"DELETE"}},
+				{"X_HTTP_METHOD_OVERRIDE": {"DELETE"}},
+				{"X-Original-Url": {"/repos/acme/app/hooks"}},
+				{"X-Rewrite-Url": {"/repos/acme/app/hooks"}},
+			} {
+				status, _ := e.sendRaw(l, http.MethodPost, "api.example.test", "/repos/acme/app/pulls", hdr)
+				if status != http.StatusBadRequest {
+					t.Errorf("POST with %v via %s: %d, want 400", hdr, l, status)
+				}
+			}
+			if n := e.hits.Load(); n != 0 {
+				t.Fatalf("origin received %d requests", n)
+			}
+			// Control: the allow route itself works through this listener.
+			if status, _ := e.sendRaw(l, http.MethodGet, "api.example.test", "/repos/acme/app/pulls", nil); status != http.StatusOK {
+				t.Fatalf("control GET via %s: %d", l, status)
+			}
+		})
+	}
+}
+
+// sendRaw is send with target written on the wire exactly as given (the
+// URL's Opaque), so that no client normalises the spelling under test.
+// The HTTP/1.1 plain listener is written to by hand.
+func (e *tripEnv) sendRaw(listener, method, host, target string, hdr http.Header) (int, string) {
+	e.t.Helper()
+	if listener == ListenerHTTP {
+		var b strings.Builder
+		for k, vs := range hdr {
+			for _, v := range vs {
+				b.WriteString(k + ": " + v + "\r\n")
+			}
+		}
+		resp, body := e.raw(method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\n" + b.String() + "Content-Length: 0\r\nConnection: close\r\n\r\n")
+		return resp.StatusCode, body
+	}
+	return e.sendOpaque(listener, method, host, target, hdr)
+}
+
+// sendOpaque is send with the request target taken verbatim (URL.Opaque).
+func (e *tripEnv) sendOpaque(listener, method, host, target string, hdr http.Header) (int, string) {
+	e.t.Helper()
+	var client *http.Client
+	switch listener {
+	case ListenerHTTPS, listenerHTTPSH2:
+		addr := e.intercept.Listener.Addr().String()
+		tr := &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: e.ca.Pool()},
+			ForceAttemptHTTP2: listener == listenerHTTPSH2,
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			},
+		}
+		e.t.Cleanup(tr.CloseIdleConnections)
+		client = &http.Client{Transport: tr}
+	case ListenerConnect:
+		client = e.curlClient(false)
+	default:
+		e.t.Fatalf("sendOpaque: listener %s", listener)
+	}
+	req, err := http.NewRequest(method, "https://"+host+"/", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.URL.Opaque = target
+	for k, vs := range hdr {
+		req.Header[k] = vs
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s via %s: %v", method, target, listener, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
