@@ -160,7 +160,7 @@ func TestDenyRouteEverySpellingEveryListener(t *testing.T) {
 		"/repos/acme/app/hooks;x=1",
 		"/repos/acme/app/hooks%3Bx",
 		"/repos/acme/app/hooks%252e",
-		"/repos/acme/app/hook%C5%BF",   // ſ folds to s
+		"/repos/acme/app/hook%C5%BF",    // ſ folds to s
 		"/repos/acme/app/%EF%BD%88ooks", // fullwidth h
 		"/repos/acme/app/hooks%00",
 		"/repos/acme/app/hooks%0a",
