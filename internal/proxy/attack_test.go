@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/http2"
+
+	"github.com/botbox/botbox/internal/config"
 )
 
 // trailerRecord is what the origin saw at the end of one request body.
@@ -218,13 +221,7 @@ func TestDenyRouteEverySpellingEveryListener(t *testing.T) {
 func (e *tripEnv) sendRaw(listener, method, host, target string, hdr http.Header) (int, string) {
 	e.t.Helper()
 	if listener == ListenerHTTP {
-		var b strings.Builder
-		for k, vs := range hdr {
-			for _, v := range vs {
-				b.WriteString(k + ": " + v + "\r\n")
-			}
-		}
-		resp, body := e.raw(method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\n" + b.String() + "Content-Length: 0\r\nConnection: close\r\n\r\n")
+		resp, body := e.raw(method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\n" + headerLines(hdr) + "Content-Length: 0\r\nConnection: close\r\n\r\n")
 		return resp.StatusCode, body
 	}
 	return e.sendOpaque(listener, method, host, target, hdr)
@@ -267,4 +264,77 @@ func (e *tripEnv) sendOpaque(listener, method, host, target string, hdr http.Hea
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// TestReportModeRouteDenialCarriesNoCredential: in report mode, a request
+// that a route of a credentialed rule refuses (deny route, no route,
+// method override, ambiguous path) is forwarded without the rule's
+// header or query rewrites, and one carrying the placeholder still trips:
+// report mode never sends the key where enforce mode would refuse.
+func TestReportModeRouteDenialCarriesNoCredential(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	rules := `    - host: api.example.test
+      action: allow
+      header_rewrites:
+        - name: Authorization
+          value: "Bearer {value}"
+          secret_ref: api-key
+      query_rewrites:
+        - name: key
+          value: "{value}"
+          secret_ref: api-key
+      routes:
+        - paths: ["/repos/acme/app/hooks/**"]
+          action: deny
+        - methods: [GET]
+          paths: ["/repos/acme/**"]
+`
+	cfg, err := config.Parse([]byte(fmt.Sprintf("secrets_dir: %s\negress_policy:\n  default_action: deny\n  mode: report\n  rules:\n%s", e.secretDir, rules)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.handler.gen.Store(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method, target string
+		hdr            http.Header
+		reason         string
+	}{
+		{http.MethodGet, "/repos/acme/app/hooks?key=x", nil, "route_deny"},
+		{http.MethodPost, "/repos/acme/app", nil, "no_route"},
+		{http.MethodGet, "/repos/acme/app", http.Header{"X-Http-Method-Override": {"DELETE"}}, "method_override"},
+		{http.MethodGet, "/repos/acme/app/hooks%3Fx", nil, "ambiguous_path"},
+	} {
+		resp, _ := e.raw(tc.method + " " + tc.target + " HTTP/1.1\r\nHost: api.example.test\r\n" + headerLines(tc.hdr) + "Content-Length: 0\r\nConnection: close\r\n\r\n")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %d, want forwarded (report mode)", tc.method, tc.target, resp.StatusCode)
+		}
+		seen := e.lastSeen()
+		if a := seen.Header.Get("Authorization"); a != "" || strings.Contains(seen.Path, "sk-test-12345") {
+			t.Errorf("%s %s (%s) in report mode reached the origin with Authorization %q, path %q", tc.method, tc.target, tc.reason, a, seen.Path)
+		}
+		line := e.logs.Find("proxy decision")
+		if l := line[len(line)-1]; l["decision"] != "report_deny" || l["reason"] != tc.reason {
+			t.Errorf("%s %s: line %v, want report_deny %s", tc.method, tc.target, l, tc.reason)
+		}
+	}
+	status, body := e.send(ListenerHTTP, http.MethodGet, "api.example.test", "/repos/acme/app/hooks", http.Header{"Authorization": {"Bearer " + phAPI}}, nil, 0)
+	if status != http.StatusForbidden || body != bodyTripwire {
+		t.Errorf("placeholder on a report-denied route: %d %q, want the tripwire", status, body)
+	}
+	if strings.Contains(e.logs.String(), "sk-test-12345") {
+		t.Error("the secret value is in the logs")
+	}
+}
+
+// headerLines writes hdr as HTTP/1.1 header lines.
+func headerLines(hdr http.Header) string {
+	var b strings.Builder
+	for k, vs := range hdr {
+		for _, v := range vs {
+			b.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	return b.String()
 }
