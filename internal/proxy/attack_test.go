@@ -338,3 +338,19 @@ func headerLines(hdr http.Header) string {
 	}
 	return b.String()
 }
+
+// TestPlaceholderInMethodTrips: a request method is a token, and a
+// placeholder's characters are token characters: the method goes to the
+// origin as written, so a placeholder in it trips like one in a header,
+// on every listener.
+func TestPlaceholderInMethodTrips(t *testing.T) {
+	for _, method := range []string{phAPI, strings.ToLower(phAPI), "X" + strings.ToUpper(phAPI)} {
+		for _, l := range listeners {
+			t.Run(l, func(t *testing.T) {
+				e := newTripEnv(t, envOpts{})
+				status, body := e.send(l, method, "bare.example.test", "/v1", nil, nil, 0)
+				e.assertTripped(status, body, l, "api-key", "method", "bare.example.test")
+			})
+		}
+	}
+}
