@@ -13,6 +13,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/telemetry"
 )
 
 // trailerRecord is what the origin saw at the end of one request body.
@@ -352,5 +353,46 @@ func TestPlaceholderInMethodTrips(t *testing.T) {
 				e.assertTripped(status, body, l, "api-key", "method", "bare.example.test")
 			})
 		}
+	}
+}
+
+// TestTraceNeverCarriesCredential: an origin answers TRACE (and IIS's
+// TRACK) with the request it received, the injected credential included
+// (RFC 9110 §9.3.8: a client must not send credentials in a TRACE). On a
+// rule with rewrites such a request is refused with 403 before any
+// upstream work, on every listener and in any case; a rule without
+// rewrites forwards it (nothing of BotBox's is in it).
+func TestTraceNeverCarriesCredential(t *testing.T) {
+	for _, l := range listeners {
+		t.Run(l, func(t *testing.T) {
+			e := newTripEnv(t, envOpts{})
+			e.originMux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "message/http")
+				_ = r.Write(w) // what a TRACE-answering origin does
+			})
+			for _, tc := range []struct{ method, host string }{
+				{"TRACE", "noscrub.example.test"},
+				{"TRACE", "api.example.test"},
+				{"TRACK", "noscrub.example.test"},
+				{"trace", "query.example.test"},
+			} {
+				status, body := e.send(l, tc.method, tc.host, "/echo", nil, nil, 0)
+				if strings.Contains(body, "sk-test-12345") {
+					t.Fatalf("%s %s via %s: the key came back: %q", tc.method, tc.host, l, body)
+				}
+				if status != http.StatusForbidden || body != bodyTraceCredential {
+					t.Errorf("%s %s via %s: %d %q, want 403 %q", tc.method, tc.host, l, status, body, bodyTraceCredential)
+				}
+			}
+			e.assertOriginUntouched()
+			line := e.logs.Find("proxy decision")
+			if last := line[len(line)-1]; last["reason"] != reasonTraceCredential || last["decision"] != telemetry.DecisionDeny {
+				t.Errorf("line %v, want deny %s", last, reasonTraceCredential)
+			}
+			// Control: without rewrites, TRACE goes to the origin.
+			if status, _ := e.send(l, "TRACE", "bare.example.test", "/echo", nil, nil, 0); status != http.StatusOK {
+				t.Errorf("TRACE without rewrites via %s: %d, want 200", l, status)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/reqpath"
+	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/scrub"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -302,6 +303,11 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		}
 		return
 	}
+	if reflectsRequest(r.Method) && addsToRequest(g.Rewrites(d)) {
+		x.hostLabel = telemetry.HostDenied
+		h.reject(x, http.StatusForbidden, bodyTraceCredential, telemetry.DecisionDeny, reasonTraceCredential)
+		return
+	}
 	if !h.admitLimits(r, x, g, d) {
 		return
 	}
@@ -506,6 +512,24 @@ func (h *Handler) abort(x *exchange, reason string, err error) {
 	x.reason = reason
 	x.errText = err.Error()
 	h.metrics.Aborted.WithLabelValues(x.hostLabel, reason).Inc()
+}
+
+// reflectsRequest reports whether an origin answers method with the
+// request it received, headers and all: TRACE (RFC 9110 §9.3.8, which
+// forbids sending credentials in one) and IIS's TRACK, in any case (an
+// origin may compare methods without case).
+func reflectsRequest(method string) bool {
+	return strings.EqualFold(method, "TRACE") || strings.EqualFold(method, "TRACK")
+}
+
+// addsToRequest reports whether set puts anything of BotBox's into a
+// request: a header rewrite (secret or static) or a query rewrite. A
+// request that carries none of it holds only the agent's own bytes.
+// forward refuses a reflecting method (reflectsRequest) to such a rule,
+// in report mode too: the response would carry the credential back
+// (TestTraceNeverCarriesCredential).
+func addsToRequest(set *rewrite.Set) bool {
+	return set.Len() > 0 || len(set.QueryNames()) > 0
 }
 
 // escapedPath is the request's escaped path, "/" when empty (what rewrite
