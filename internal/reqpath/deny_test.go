@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // TestCanonicalRefusesOriginReadings: the spellings of redteam-2026-12-01
@@ -112,6 +114,10 @@ func TestMatchFolded(t *testing.T) {
 		{"/a/", []string{"/a", "/a/"}, []string{"/a/b"}},
 		{"/", []string{"/"}, []string{"/a"}},
 		{"/%C3%A9t%C3%A9", []string{"/%C3%89T%C3%89", "/%C3%A9t%C3%A9/"}, []string{"/ete"}},
+		// Unicode normalisation: decomposed (NFD) and composed (NFC)
+		// spellings are one path to an origin that normalises.
+		{"/files/caf%C3%A9/**", []string{"/files/cafe%CC%81", "/files/CAFE%CC%81/x", "/files/caf%C3%89"}, []string{"/files/cafe", "/files/caf%C3%A8"}},
+		{"/files/cafe%CC%81", []string{"/files/caf%C3%A9", "/files/CAF%C3%89"}, []string{"/files/cafe"}},
 	} {
 		g, err := ParsePattern(tc.pattern)
 		if err != nil {
@@ -212,8 +218,10 @@ func TestOverride(t *testing.T) {
 // escaped letter or reserved character — is refused by Canonical or
 // denied too.
 func FuzzDenyHoldsUnderFolding(f *testing.F) {
+	f.Add("/files/caf%C3%A9", "/files/caf%C3%A9", uint8(8), uint16(0))
+	f.Add("/files/cafe%CC%81", "/files/caf%C3%A9/**", uint8(9), uint16(0))
 	for _, s := range []string{"/repos/acme/app/hooks", "/a/b:c", "/A/%C3%A9", "/x/y/"} {
-		for v := range uint8(8) {
+		for v := range uint8(10) {
 			f.Add(s, "/repos/acme/app/hooks/**", v, uint16(3))
 			f.Add(s, "/*/**", v, uint16(1))
 		}
@@ -245,7 +253,7 @@ func FuzzDenyHoldsUnderFolding(f *testing.F) {
 // may read as c (variant selects which, at where in c).
 func spell(c string, variant uint8, at int) string {
 	at %= len(c) + 1
-	switch variant % 8 {
+	switch variant % 10 {
 	case 0:
 		return strings.ToUpper(c)
 	case 1:
@@ -269,6 +277,10 @@ func spell(c string, variant uint8, at int) string {
 			}
 		}
 		return c
+	case 8: // the non-ASCII characters decomposed (NFD)
+		return escapeHigh(norm.NFD.String(unescapeHigh(c)))
+	case 9: // the non-ASCII characters composed (NFC)
+		return escapeHigh(norm.NFC.String(unescapeHigh(c)))
 	default: // swap the case of one letter
 		for i := at; i < len(c); i++ {
 			if ch := c[i]; ch >= 'a' && ch <= 'z' {
@@ -277,6 +289,36 @@ func spell(c string, variant uint8, at int) string {
 		}
 		return c
 	}
+}
+
+// unescapeHigh decodes the escapes of bytes >= 0x80 in the canonical path
+// c (the only way a canonical path holds them).
+func unescapeHigh(c string) string {
+	var b strings.Builder
+	for i := 0; i < len(c); i++ {
+		if c[i] == '%' && i+2 < len(c) && isHex(c[i+1]) && isHex(c[i+2]) {
+			if v := unhex(c[i+1])<<4 | unhex(c[i+2]); v >= 0x80 {
+				b.WriteByte(v)
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(c[i])
+	}
+	return b.String()
+}
+
+// escapeHigh percent-encodes every byte >= 0x80 of s.
+func escapeHigh(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 0x80 {
+			b.WriteString("%" + string(upperHex[c>>4]) + string(upperHex[c&15]))
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // FuzzOverride: no panic; every override header, in any case and with '_'
