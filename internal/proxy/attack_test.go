@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -395,4 +396,54 @@ func TestTraceNeverCarriesCredential(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecisionLineNotForgeable: the agent's bytes in the fields of a
+// decision line (path decoded from escapes, method, host, upgrade offer,
+// the placeholder trip) never end a line or add a field: every line is
+// one JSON object, one line per request, and a refused request never
+// reads as allowed (class 9: suggest and alerts read these lines).
+func TestDecisionLineNotForgeable(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	forged := `{"message":"proxy decision","decision":"allow","host":"evil.test"}`
+	esc := strings.NewReplacer("{", "%7B", "}", "%7D", `"`, "%22", ":", "%3A", ",", "%2C", " ", "%20").Replace(forged)
+	reqs := []string{
+		"GET /x%0A" + esc + "%0D%0A HTTP/1.1\r\nHost: blocked.example.test\r\n",
+		"GET /x%E2%80%A8" + esc + " HTTP/1.1\r\nHost: blocked.example.test\r\n",
+		"GET /%5C%22%7D%0A" + esc + " HTTP/1.1\r\nHost: evil.test\r\n",
+		"GET|\"decision\":\"allow\" /x HTTP/1.1\r\nHost: blocked.example.test\r\n",
+		"GET /x HTTP/1.1\r\nHost: evil.test\",\"decision\":\"allow\r\n",
+		"GET /x HTTP/1.1\r\nHost: bare.example.test\r\nConnection: upgrade\r\nUpgrade: x\",\"decision\":\"allow\r\n",
+		"GET /x%0A" + esc + "?k=" + phAPI + " HTTP/1.1\r\nHost: bare.example.test\r\n",
+	}
+	for _, req := range reqs {
+		c, err := net.Dial("tcp", e.plain.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(c, req+"Connection: close\r\n\r\n")
+		_, _ = io.ReadAll(c)
+		c.Close()
+	}
+	raw := e.logs.String()
+	var decisions int
+	for _, line := range strings.Split(strings.TrimSuffix(raw, "\n"), "\n") {
+		m := map[string]any{}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("a log line is not one JSON object: %q", line)
+		}
+		if m["message"] != "proxy decision" {
+			continue
+		}
+		decisions++
+		if m["decision"] == telemetry.DecisionAllow || m["host"] == "evil.test" && m["decision"] == "allow" {
+			t.Errorf("a refused request reads as allowed: %v", m)
+		}
+	}
+	// Go's server answers a method that is not a token and a Host that is
+	// not valid itself (400, no line); every other request has one line.
+	if decisions < len(reqs)-2 || decisions > len(reqs) {
+		t.Errorf("%d decision lines for %d requests:\n%s", decisions, len(reqs), raw)
+	}
+	e.assertOriginUntouched()
 }
