@@ -447,3 +447,91 @@ func TestDecisionLineNotForgeable(t *testing.T) {
 	}
 	e.assertOriginUntouched()
 }
+
+// TestReloadRaceCredentialFollowsDecision: while the policy flips between
+// a generation that injects the key into api.example.test and one that
+// allows the host without rewrites (or denies it), every request is
+// decided, rewritten and logged under one generation: the origin sees the
+// key exactly on the requests whose line says header_rewritten, and
+// nothing of a request whose line says denied (class 11: a reload in the
+// middle).
+func TestReloadRaceCredentialFollowsDecision(t *testing.T) {
+	e := newTripEnv(t, envOpts{})
+	seen := make(chan originRecord, 1024)
+	e.originMux.HandleFunc("/r/", func(w http.ResponseWriter, r *http.Request) {
+		seen <- originRecord{Path: r.URL.Path, Header: r.Header.Clone()}
+	})
+	gens := []string{
+		"    - host: api.example.test\n      action: allow\n      header_rewrites:\n        - name: Authorization\n          value: \"Bearer {value}\"\n          secret_ref: api-key\n",
+		"    - host: api.example.test\n      action: allow\n",
+		"    - host: api.example.test\n      action: deny\n",
+	}
+	stop := make(chan struct{})
+	flipped := make(chan struct{})
+	go func() {
+		defer close(flipped)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cfg, err := config.Parse([]byte(fmt.Sprintf("secrets_dir: %s\negress_policy:\n  default_action: deny\n  rules:\n%s", e.secretDir, gens[i%len(gens)])))
+			if err != nil {
+				panic(err)
+			}
+			if _, err := e.handler.gen.Store(cfg); err != nil {
+				panic(err)
+			}
+		}
+	}()
+	const n = 150
+	client := e.plain.Client()
+	for i := range n {
+		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/r/%d", e.plain.URL, i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "api.example.test"
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	close(stop)
+	<-flipped
+	close(seen)
+	withKey := map[string]bool{}
+	for rec := range seen {
+		withKey[rec.Path] = rec.Header.Get("Authorization") == "Bearer sk-test-12345"
+	}
+	var rewritten, plain, denied int
+	for _, l := range e.logs.Find("proxy decision") {
+		path, _ := l["path"].(string)
+		key, reached := withKey[path]
+		switch {
+		case l["decision"] != telemetry.DecisionAllow:
+			denied++
+			if reached {
+				t.Errorf("%s: line says %v, the origin received it", path, l["decision"])
+			}
+		case l["header_rewritten"] != nil:
+			rewritten++
+			if !reached || !key {
+				t.Errorf("%s: line says header_rewritten, origin saw key=%v reached=%v", path, key, reached)
+			}
+		default:
+			plain++
+			if !reached || key {
+				t.Errorf("%s: line says allowed without rewrites, origin saw key=%v reached=%v", path, key, reached)
+			}
+		}
+	}
+	// Repeated denials fold into one summary line; every forwarded
+	// request has its own line.
+	if rewritten+plain != len(withKey) || rewritten == 0 || plain == 0 || denied == 0 {
+		t.Errorf("%d rewritten and %d plain lines for %d forwarded requests (%d denial lines): the flips did not interleave", rewritten, plain, len(withKey), denied)
+	}
+}
