@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/net/http2"
-
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/telemetry"
 )
@@ -33,6 +31,23 @@ func (e *testEnv) recordTrailers() <-chan trailerRecord {
 		got <- trailerRecord{method: r.Method, body: string(b), trail: r.Trailer.Clone()}
 	})
 	return got
+}
+
+// interceptH2 is an HTTP/2-only transport to the interception listener.
+func (e *tripEnv) interceptH2() *http.Transport {
+	addr := e.intercept.Listener.Addr().String()
+	var p http.Protocols
+	p.SetHTTP2(true)
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool()},
+		Protocols:       &p,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	e.t.Cleanup(tr.CloseIdleConnections)
+	return tr
 }
 
 // TestRequestTrailersNeverForwarded: a request's trailers (chunked
@@ -58,15 +73,7 @@ func TestRequestTrailersNeverForwarded(t *testing.T) {
 
 	// HTTP/2 to the interception listener: trailers are a HEADERS frame
 	// after the DATA.
-	addr := e.intercept.Listener.Addr().String()
-	tr := &http2.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool(), NextProtos: []string{"h2"}},
-		DialTLSContext: func(ctx context.Context, network, _ string, cfg *tls.Config) (net.Conn, error) {
-			d := tls.Dialer{Config: cfg}
-			return d.DialContext(ctx, network, addr)
-		},
-	}
-	t.Cleanup(tr.CloseIdleConnections)
+	tr := e.interceptH2()
 	for _, host := range []string{"bare.example.test", "api.example.test"} {
 		req, err := http.NewRequest(http.MethodPost, "https://"+host+"/trailers", io.NopCloser(strings.NewReader("hello")))
 		if err != nil {
@@ -78,6 +85,9 @@ func TestRequestTrailersNeverForwarded(t *testing.T) {
 		resp, err := tr.RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("spoke %s, want HTTP/2", resp.Proto)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -105,15 +115,7 @@ func TestTrailerNameCarriesNoPlaceholder(t *testing.T) {
 	})
 	t.Run("http2", func(t *testing.T) {
 		e := newTripEnv(t, envOpts{})
-		addr := e.intercept.Listener.Addr().String()
-		tr := &http2.Transport{
-			TLSClientConfig: &tls.Config{RootCAs: e.ca.Pool(), NextProtos: []string{"h2"}},
-			DialTLSContext: func(ctx context.Context, network, _ string, cfg *tls.Config) (net.Conn, error) {
-				d := tls.Dialer{Config: cfg}
-				return d.DialContext(ctx, network, addr)
-			},
-		}
-		t.Cleanup(tr.CloseIdleConnections)
+		tr := e.interceptH2()
 		req, err := http.NewRequest(http.MethodPost, "https://bare.example.test/v1", io.NopCloser(strings.NewReader("hello")))
 		if err != nil {
 			t.Fatal(err)
@@ -123,6 +125,9 @@ func TestTrailerNameCarriesNoPlaceholder(t *testing.T) {
 		resp, err := tr.RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("spoke %s, want HTTP/2", resp.Proto)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
