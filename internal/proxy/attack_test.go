@@ -365,7 +365,8 @@ func TestPlaceholderInMethodTrips(t *testing.T) {
 // TestTraceNeverCarriesCredential: an origin answers TRACE (and IIS's
 // TRACK) with the request it received, the injected credential included
 // (RFC 9110 §9.3.8: a client must not send credentials in a TRACE). On a
-// rule with rewrites such a request is refused with 403 before any
+// rule with rewrites such a request, or one whose method override names
+// them, is refused with 403 before any
 // upstream work, on every listener and in any case; a rule without
 // rewrites forwards it (nothing of BotBox's is in it).
 func TestTraceNeverCarriesCredential(t *testing.T) {
@@ -395,6 +396,23 @@ func TestTraceNeverCarriesCredential(t *testing.T) {
 			if last := line[len(line)-1]; last["reason"] != reasonTraceCredential || last["decision"] != telemetry.DecisionDeny {
 				t.Errorf("line %v, want deny %s", last, reasonTraceCredential)
 			}
+			// The same through a method override the origin may obey, on a
+			// rule without routes (which forwards overrides otherwise).
+			for _, o := range []struct {
+				target string
+				hdr    http.Header
+			}{
+				{"/echo", http.Header{"X-Http-Method-Override": {"TRACE"}}},
+				{"/echo", http.Header{"X-Method-Override": {" track "}}},
+				{"/echo?_method=trace", nil},
+				{"/echo?a=1;%5FMETHOD=TRACE", nil},
+			} {
+				status, body := e.send(l, http.MethodPost, "noscrub.example.test", o.target, o.hdr, nil, 0)
+				if status != http.StatusForbidden || body != bodyTraceCredential {
+					t.Errorf("POST %s %v via %s: %d %q, want 403 %q", o.target, o.hdr, l, status, body, bodyTraceCredential)
+				}
+			}
+			e.assertOriginUntouched()
 			// Control: without rewrites, TRACE goes to the origin.
 			if status, _ := e.send(l, "TRACE", "bare.example.test", "/echo", nil, nil, 0); status != http.StatusOK {
 				t.Errorf("TRACE without rewrites via %s: %d, want 200", l, status)

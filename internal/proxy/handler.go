@@ -303,7 +303,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		}
 		return
 	}
-	if reflectsRequest(r.Method) && addsToRequest(g.Rewrites(d)) {
+	if addsToRequest(g.Rewrites(d)) && (reflectsRequest(r.Method) || reqpath.OverridesTo(r.Header, r.URL.RawQuery, reflectsRequest)) {
 		x.hostLabel = telemetry.HostDenied
 		h.reject(x, http.StatusForbidden, bodyTraceCredential, telemetry.DecisionDeny, reasonTraceCredential)
 		return
@@ -516,9 +516,12 @@ func (h *Handler) abort(x *exchange, reason string, err error) {
 
 // reflectsRequest reports whether an origin answers method with the
 // request it received, headers and all: TRACE (RFC 9110 §9.3.8, which
-// forbids sending credentials in one) and IIS's TRACK, in any case (an
-// origin may compare methods without case).
+// forbids sending credentials in one) and IIS's TRACK, in any case and
+// with surrounding spaces (an origin may compare methods loosely, and
+// read an override header's value trimmed). forward also asks it of
+// every method override the request carries (reqpath.OverridesTo).
 func reflectsRequest(method string) bool {
+	method = strings.TrimSpace(method)
 	return strings.EqualFold(method, "TRACE") || strings.EqualFold(method, "TRACK")
 }
 

@@ -212,6 +212,32 @@ func TestOverride(t *testing.T) {
 	}
 }
 
+// TestOverridesTo: every override value, header or parameter, in each
+// spelling Override finds, is offered to match; other headers and
+// parameters are not.
+func TestOverridesTo(t *testing.T) {
+	isTrace := func(v string) bool { return strings.EqualFold(v, "TRACE") }
+	for _, tc := range []struct {
+		name   string
+		header map[string][]string
+		query  string
+		want   bool
+	}{
+		{"header", map[string][]string{"X-Http-Method-Override": {"TRACE"}}, "", true},
+		{"second value", map[string][]string{"X-Method-Override": {"GET", "trace"}}, "", true},
+		{"underscore header", map[string][]string{"X_HTTP_METHOD": {"Trace"}}, "", true},
+		{"query", nil, "_method=TRACE", true},
+		{"query escaped", nil, "a=1;%5Fmethod=%54RACE", true},
+		{"query php dot", nil, ".method=trace", true},
+		{"other value", map[string][]string{"X-Http-Method-Override": {"DELETE"}}, "_method=PUT", false},
+		{"not an override", map[string][]string{"X-Method": {"TRACE"}}, "method=TRACE", false},
+	} {
+		if got := OverridesTo(tc.header, tc.query, isTrace); got != tc.want {
+			t.Errorf("%s: OverridesTo(%v, %q) = %v, want %v", tc.name, tc.header, tc.query, got, tc.want)
+		}
+	}
+}
+
 // FuzzDenyHoldsUnderFolding: if a canonical path is denied (a deny
 // pattern MatchFolded it), every spelling an origin may read as it — case
 // variants, a ';'-suffixed segment, a trailing '/', '.' or extension, an
