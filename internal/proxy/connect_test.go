@@ -29,7 +29,7 @@ import (
 // handshake is the tunnel's SNI pin, never a missing certificate.
 func (e *testEnv) connectTLS() func() *tls.Config {
 	leaves := map[string]*tls.Certificate{}
-	for _, n := range []string{"api.example.test", "bare.example.test", "blocked.example.test", "query.example.test"} {
+	for _, n := range []string{"api.example.test", "bare.example.test", "blocked.example.test", "query.example.test", "noscrub.example.test"} {
 		c := e.ca.Leaf(e.t, n)
 		leaves[n] = &c
 	}

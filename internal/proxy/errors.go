@@ -34,6 +34,7 @@ const (
 	bodyMethodOverride  = "method override not allowed"
 	bodyBodyTooLarge    = "request body too large"
 	bodyRateLimited     = "rate limit exceeded"
+	bodyTraceCredential = "TRACE not allowed on a host BotBox adds credentials for"
 
 	// hintConnect is the second line of the CONNECT 405 body: the explicit
 	// proxy carries http:// URLs only (BotBox originates the TLS).
@@ -65,6 +66,9 @@ const (
 	reasonAddrDenied      = telemetry.ReasonAddressGuard
 	reasonBodyTooLarge    = "body_too_large"
 	reasonRateLimited     = "rate_limited"
+	// reasonTraceCredential: TRACE or TRACK to a rule with rewrites (the
+	// origin would answer with the credential BotBox added).
+	reasonTraceCredential = "trace_with_credential"
 )
 
 // HeaderReason names, on every response BotBox generates itself (never on

@@ -19,6 +19,7 @@ import (
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/reqpath"
+	"github.com/botbox/botbox/internal/rewrite"
 	"github.com/botbox/botbox/internal/scrub"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -324,6 +325,11 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		}
 		return
 	}
+	if addsToRequest(g.Rewrites(d)) && (reflectsRequest(r.Method) || reqpath.OverridesTo(r.Header, r.URL.RawQuery, reflectsRequest)) {
+		x.hostLabel = telemetry.HostDenied
+		h.reject(x, http.StatusForbidden, bodyTraceCredential, telemetry.DecisionDeny, reasonTraceCredential)
+		return
+	}
 	if !h.admitLimits(r, x, g, d) {
 		return
 	}
@@ -395,6 +401,11 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 		out.URL.Path = "/"
 	}
 	out.Host = x.authority
+	// Request trailers are never forwarded, names or values: they arrive
+	// after the body, when the tripwire, the override check and the
+	// rewrites have already judged the request, so nothing there is
+	// judged (TestRequestTrailersNeverForwarded).
+	out.Trailer = nil
 	if x.agentH2 && out.Body != nil {
 		// The transport's Close of the body ends the agent's (outboundBody).
 		x.ob.ReadCloser, x.ob.x = out.Body, x
@@ -529,6 +540,27 @@ func (h *Handler) abort(x *exchange, reason string, err error) {
 	x.reason = reason
 	x.errText = err.Error()
 	h.metrics.Aborted.WithLabelValues(x.hostLabel, reason).Inc()
+}
+
+// reflectsRequest reports whether an origin answers method with the
+// request it received, headers and all: TRACE (RFC 9110 §9.3.8, which
+// forbids sending credentials in one) and IIS's TRACK, in any case and
+// with surrounding spaces (an origin may compare methods loosely, and
+// read an override header's value trimmed). forward also asks it of
+// every method override the request carries (reqpath.OverridesTo).
+func reflectsRequest(method string) bool {
+	method = strings.TrimSpace(method)
+	return strings.EqualFold(method, "TRACE") || strings.EqualFold(method, "TRACK")
+}
+
+// addsToRequest reports whether set puts anything of BotBox's into a
+// request: a header rewrite (secret or static) or a query rewrite. A
+// request that carries none of it holds only the agent's own bytes.
+// forward refuses a reflecting method (reflectsRequest) to such a rule,
+// in report mode too: the response would carry the credential back
+// (TestTraceNeverCarriesCredential).
+func addsToRequest(set *rewrite.Set) bool {
+	return set.Len() > 0 || len(set.QueryNames()) > 0
 }
 
 // escapedPath is the request's escaped path, "/" when empty (what rewrite

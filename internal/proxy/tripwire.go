@@ -55,8 +55,9 @@ func (e *tripwireError) Error() string {
 }
 
 // tripHead is the tripwire over what a request shows before its body: the
-// host name, the URL (path, query, fragment, userinfo; as sent and
-// percent-decoded once) and every header name and value. A placeholder is
+// host name, the method, the URL (path, query, fragment, userinfo; as sent and
+// percent-decoded once), every header name and value, and the trailer
+// names the request declares (TestTrailerNameCarriesNoPlaceholder). A placeholder is
 // accepted in exactly two places, both of which the rule that allowed the
 // request replaces whole, so the app's bytes there never reach the
 // origin: a header its header_rewrites set from that placeholder's secret
@@ -87,8 +88,20 @@ func (h *Handler) tripHead(r *http.Request, x *exchange, hp hostport.HostPort, g
 		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInHost, form: placeholder.FormLiteral}, d)
 		return true
 	}
+	if info, found := findInMethod(t, r.Method); found {
+		h.tripped(x, info, d)
+		return true
+	}
 	if info, found := findInHead(t, set, r.URL, r.Header); found {
 		h.tripped(x, info, d)
+		return true
+	}
+	// The names a request declares in its Trailer header (net/http moves
+	// them from the header to r.Trailer) are header names too; no rewrite
+	// owns them. Their values arrive after the body and are never
+	// forwarded (rewrite drops every request trailer).
+	if ref, form, found := t.FindHeader(r.Trailer, nil); found {
+		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInHeader, form: form}, d)
 		return true
 	}
 	return false
@@ -113,6 +126,20 @@ func findInHead(t *placeholder.Table, set *rewrite.Set, target *url.URL, hdr htt
 	}
 	if ref, form, found := t.FindHeader(hdr, set.HeaderAccepts); found {
 		return tripInfo{ref: ref, foundIn: telemetry.FoundInHeader, form: form}, true
+	}
+	return tripInfo{}, false
+}
+
+// findInMethod is the tripwire over the request method, which the origin
+// receives as written: a token, whose characters a placeholder's are
+// (TestPlaceholderInMethodTrips). No rewrite replaces it; a placeholder
+// in any case or spelling trips.
+func findInMethod(t *placeholder.Table, method string) (tripInfo, bool) {
+	if ref, found := t.InspectName(method); found {
+		return tripInfo{ref: ref, foundIn: telemetry.FoundInMethod, form: placeholder.FormLiteral}, true
+	}
+	if ref, form, found := t.FindString(method, nil); found {
+		return tripInfo{ref: ref, foundIn: telemetry.FoundInMethod, form: form}, true
 	}
 	return tripInfo{}, false
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // TestCanonicalRefusesOriginReadings: the spellings of redteam-2026-12-01
@@ -18,6 +20,10 @@ func TestCanonicalRefusesOriginReadings(t *testing.T) {
 		{"/;/a", "';'"},
 		{"/a%3bx", "encoded ';'"},
 		{"/a%3Bx", "encoded ';'"},
+		{"/repos/acme/app/hooks%3Fx=1", "encoded '?' or '#'"},
+		{"/repos/acme/app%3f/hooks", "encoded '?' or '#'"},
+		{"/repos/acme/app/hooks%23frag", "encoded '?' or '#'"},
+		{"/a%23", "encoded '?' or '#'"},
 		{"/a/%252e%252e/b", "encoded '%'"},
 		{"/a/%25", "encoded '%'"},
 		{"/a/%252F", "encoded '%'"},
@@ -108,6 +114,10 @@ func TestMatchFolded(t *testing.T) {
 		{"/a/", []string{"/a", "/a/"}, []string{"/a/b"}},
 		{"/", []string{"/"}, []string{"/a"}},
 		{"/%C3%A9t%C3%A9", []string{"/%C3%89T%C3%89", "/%C3%A9t%C3%A9/"}, []string{"/ete"}},
+		// Unicode normalisation: decomposed (NFD) and composed (NFC)
+		// spellings are one path to an origin that normalises.
+		{"/files/caf%C3%A9/**", []string{"/files/cafe%CC%81", "/files/CAFE%CC%81/x", "/files/caf%C3%89"}, []string{"/files/cafe", "/files/caf%C3%A8"}},
+		{"/files/cafe%CC%81", []string{"/files/caf%C3%A9", "/files/CAF%C3%89"}, []string{"/files/cafe"}},
 	} {
 		g, err := ParsePattern(tc.pattern)
 		if err != nil {
@@ -202,14 +212,42 @@ func TestOverride(t *testing.T) {
 	}
 }
 
+// TestOverridesTo: every override value, header or parameter, in each
+// spelling Override finds, is offered to match; other headers and
+// parameters are not.
+func TestOverridesTo(t *testing.T) {
+	isTrace := func(v string) bool { return strings.EqualFold(v, "TRACE") }
+	for _, tc := range []struct {
+		name   string
+		header map[string][]string
+		query  string
+		want   bool
+	}{
+		{"header", map[string][]string{"X-Http-Method-Override": {"TRACE"}}, "", true},
+		{"second value", map[string][]string{"X-Method-Override": {"GET", "trace"}}, "", true},
+		{"underscore header", map[string][]string{"X_HTTP_METHOD": {"Trace"}}, "", true},
+		{"query", nil, "_method=TRACE", true},
+		{"query escaped", nil, "a=1;%5Fmethod=%54RACE", true},
+		{"query php dot", nil, ".method=trace", true},
+		{"other value", map[string][]string{"X-Http-Method-Override": {"DELETE"}}, "_method=PUT", false},
+		{"not an override", map[string][]string{"X-Method": {"TRACE"}}, "method=TRACE", false},
+	} {
+		if got := OverridesTo(tc.header, tc.query, isTrace); got != tc.want {
+			t.Errorf("%s: OverridesTo(%v, %q) = %v, want %v", tc.name, tc.header, tc.query, got, tc.want)
+		}
+	}
+}
+
 // FuzzDenyHoldsUnderFolding: if a canonical path is denied (a deny
 // pattern MatchFolded it), every spelling an origin may read as it — case
 // variants, a ';'-suffixed segment, a trailing '/', '.' or extension, an
 // escaped letter or reserved character — is refused by Canonical or
 // denied too.
 func FuzzDenyHoldsUnderFolding(f *testing.F) {
+	f.Add("/files/caf%C3%A9", "/files/caf%C3%A9", uint8(8), uint16(0))
+	f.Add("/files/cafe%CC%81", "/files/caf%C3%A9/**", uint8(9), uint16(0))
 	for _, s := range []string{"/repos/acme/app/hooks", "/a/b:c", "/A/%C3%A9", "/x/y/"} {
-		for v := range uint8(8) {
+		for v := range uint8(10) {
 			f.Add(s, "/repos/acme/app/hooks/**", v, uint16(3))
 			f.Add(s, "/*/**", v, uint16(1))
 		}
@@ -241,7 +279,7 @@ func FuzzDenyHoldsUnderFolding(f *testing.F) {
 // may read as c (variant selects which, at where in c).
 func spell(c string, variant uint8, at int) string {
 	at %= len(c) + 1
-	switch variant % 8 {
+	switch variant % 10 {
 	case 0:
 		return strings.ToUpper(c)
 	case 1:
@@ -265,6 +303,10 @@ func spell(c string, variant uint8, at int) string {
 			}
 		}
 		return c
+	case 8: // the non-ASCII characters decomposed (NFD)
+		return escapeHigh(norm.NFD.String(unescapeHigh(c)))
+	case 9: // the non-ASCII characters composed (NFC)
+		return escapeHigh(norm.NFC.String(unescapeHigh(c)))
 	default: // swap the case of one letter
 		for i := at; i < len(c); i++ {
 			if ch := c[i]; ch >= 'a' && ch <= 'z' {
@@ -273,6 +315,36 @@ func spell(c string, variant uint8, at int) string {
 		}
 		return c
 	}
+}
+
+// unescapeHigh decodes the escapes of bytes >= 0x80 in the canonical path
+// c (the only way a canonical path holds them).
+func unescapeHigh(c string) string {
+	var b strings.Builder
+	for i := 0; i < len(c); i++ {
+		if c[i] == '%' && i+2 < len(c) && isHex(c[i+1]) && isHex(c[i+2]) {
+			if v := unhex(c[i+1])<<4 | unhex(c[i+2]); v >= 0x80 {
+				b.WriteByte(v)
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(c[i])
+	}
+	return b.String()
+}
+
+// escapeHigh percent-encodes every byte >= 0x80 of s.
+func escapeHigh(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 0x80 {
+			b.WriteString("%" + string(upperHex[c>>4]) + string(upperHex[c&15]))
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // FuzzOverride: no panic; every override header, in any case and with '_'

@@ -1,9 +1,12 @@
 package reqpath
 
 import (
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // Folded is a canonical path in the form deny routes judge: the most
@@ -19,6 +22,9 @@ import (
 //     that it never reads as a glob;
 //   - letters are case-folded, Unicode simple folding included ("App" and
 //     "app": GitHub, Windows and most case-insensitive routers);
+//   - non-ASCII text is normalised (NFKC), so that a decomposed
+//     "cafe%CC%81" and a composed "caf%C3%A9" are one segment, as to an
+//     origin that normalises (macOS file names, Java's Normalizer);
 //   - trailing dots and spaces are removed ("hooks." is "hooks" to IIS);
 //   - a trailing '/' is removed ("/hooks/" is "/hooks" to Express, Rails and
 //     Spring before 6);
@@ -83,6 +89,10 @@ func foldSegment(s string) string {
 		}
 		dec = append(dec, s[i])
 	}
+	nonASCII := slices.ContainsFunc(dec, func(b byte) bool { return b >= utf8.RuneSelf })
+	if nonASCII {
+		dec = norm.NFKC.Bytes(dec)
+	}
 	out := make([]byte, 0, len(dec))
 	for len(dec) > 0 {
 		r, n := utf8.DecodeRune(dec)
@@ -95,6 +105,10 @@ func foldSegment(s string) string {
 			out = utf8.AppendRune(out, foldRune(r))
 		}
 		dec = dec[n:]
+	}
+	if nonASCII {
+		// Case folding may leave a sequence NFKC would compose.
+		out = norm.NFKC.Bytes(out)
 	}
 	return strings.TrimRight(string(out), ". ")
 }

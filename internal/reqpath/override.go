@@ -35,13 +35,47 @@ const overrideParam = "_method"
 // (package policy, ReasonMethodOverride). header is an http.Header;
 // rawQuery is url.URL.RawQuery.
 func Override(header map[string][]string, rawQuery string) string {
-	for name := range header {
+	found := ""
+	eachOverride(header, rawQuery, func(name, _ string) bool {
+		found = name
+		return false
+	})
+	return found
+}
+
+// OverridesTo reports whether a method or path override the request
+// carries (Override's headers and "_method" parameter, in every spelling
+// Override finds) has a value for which match is true: the method an
+// origin obeying it would run. A value that does not unescape is passed
+// as written.
+func OverridesTo(header map[string][]string, rawQuery string, match func(value string) bool) bool {
+	hit := false
+	eachOverride(header, rawQuery, func(_, value string) bool {
+		hit = match(value)
+		return !hit
+	})
+	return hit
+}
+
+// eachOverride calls yield with the name (an overrideHeaders entry or
+// overrideParam) and one value of every override the request carries,
+// headers first, until yield returns false.
+func eachOverride(header map[string][]string, rawQuery string, yield func(name, value string) bool) {
+	for name, values := range header {
 		if len(name) < len("x-http-method") || name[0] != 'x' && name[0] != 'X' {
 			continue
 		}
 		for _, o := range overrideHeaders {
-			if headerNameIs(name, o) {
-				return o
+			if !headerNameIs(name, o) {
+				continue
+			}
+			if len(values) == 0 && !yield(o, "") {
+				return
+			}
+			for _, v := range values {
+				if !yield(o, v) {
+					return
+				}
 			}
 		}
 	}
@@ -52,15 +86,20 @@ func Override(header map[string][]string, rawQuery string) string {
 		} else {
 			kv, rawQuery = rawQuery, ""
 		}
-		key, _, _ := strings.Cut(kv, "=")
+		key, value, _ := strings.Cut(kv, "=")
 		if dec, err := url.QueryUnescape(key); err == nil {
 			key = dec
 		}
-		if paramNameIs(key, overrideParam) {
-			return overrideParam
+		if !paramNameIs(key, overrideParam) {
+			continue
+		}
+		if dec, err := url.QueryUnescape(value); err == nil {
+			value = dec
+		}
+		if !yield(overrideParam, value) {
+			return
 		}
 	}
-	return ""
 }
 
 // paramNameIs compares a decoded query parameter name with the lower-case

@@ -21,6 +21,11 @@
 //     it: "/hooks;x=1" is "/hooks" to them);
 //   - "%25", an encoded '%' (a double-decoding origin reads "%252e" as
 //     ".");
+//   - "%3F" and "%23", an encoded '?' or '#' (an origin, or a proxy in
+//     front of it, that decodes the path and then parses it again, as
+//     nginx's proxy_pass with $uri does, ends the path there:
+//     "/hooks%3Fx" is "/hooks"; a raw '#' in a request line is sent on
+//     as "%23");
 //   - escapes of bytes >= 0x80 that are not valid UTF-8 (overlong
 //     "%C0%AE", surrogates, truncated sequences), and a non-ASCII rune an
 //     origin may read as ASCII (asciiAlias: fullwidth "%EF%BC%8E",
@@ -98,6 +103,8 @@ func Canonical(p string) (string, error) {
 				return "", ambiguous(p, "encoded '%' (a double-decoding origin reads another path)")
 			case v == ';':
 				return "", ambiguous(p, "encoded ';' (a path parameter to some origins)")
+			case v == '?' || v == '#':
+				return "", ambiguous(p, "encoded '?' or '#' (an origin that decodes before it parses the target ends the path there)")
 			case unreserved(v):
 				if b == nil {
 					b = append(make([]byte, 0, len(p)), p[:i]...)

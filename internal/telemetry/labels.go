@@ -47,6 +47,9 @@ const (
 	FoundInURL    = "url"
 	FoundInHeader = "header"
 	FoundInBody   = "body"
+	// FoundInMethod is the request method (a token: a placeholder's
+	// characters are token characters).
+	FoundInMethod = "method"
 	// FoundInDNSQuery is a query name seen by the DNS guard.
 	FoundInDNSQuery = "dns_query"
 )
