@@ -8,7 +8,6 @@ import (
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/echo"
-	"github.com/botbox/botbox/internal/secrets"
 )
 
 // compiledQuery is one precompiled query rewrite.
@@ -186,23 +185,9 @@ func (s *Set) ApplyQuery(rawQuery string, lookup Lookup) (string, []string, erro
 
 // fill resolves the secret and fills the template (unescaped).
 func (q *compiledQuery) fill(lookup Lookup) (string, error) {
-	var (
-		sv secrets.Value
-		ok bool
-	)
-	if lookup != nil {
-		sv, ok = lookup.Lookup(q.ref)
-	}
+	secret, ok := revealSecret(lookup, q.ref)
 	if !ok {
 		return "", &MissingQuerySecretError{Param: q.name, Ref: q.ref}
 	}
-	secret := sv.Reveal()
-	var b strings.Builder
-	b.Grow(q.partsLen + (len(q.parts)-1)*len(secret))
-	b.WriteString(q.parts[0])
-	for _, p := range q.parts[1:] {
-		b.Write(secret)
-		b.WriteString(p)
-	}
-	return b.String(), nil
+	return joinParts(q.parts, q.partsLen, secret), nil
 }

@@ -343,34 +343,45 @@ func (s *Set) Apply(h http.Header, lookup Lookup) (rewritten []string, err error
 	return names, nil
 }
 
-// fill resolves the secret and fills the template. This is the only place
-// the secret bytes are read.
-func (c *compiled) fill(lookup Lookup) (string, error) {
-	var (
-		sv secrets.Value
-		ok bool
-	)
-	if lookup != nil {
-		sv, ok = lookup.Lookup(c.ref)
+// revealSecret resolves ref through lookup. With the template fills below
+// it is the only place the secret bytes are read.
+func revealSecret(lookup Lookup, ref string) ([]byte, bool) {
+	if lookup == nil {
+		return nil, false
 	}
+	sv, ok := lookup.Lookup(ref)
+	if !ok {
+		return nil, false
+	}
+	return sv.Reveal(), true
+}
+
+// joinParts fills a "{value}" template split at its tokens into parts
+// (partsLen: their total length) with secret.
+func joinParts(parts []string, partsLen int, secret []byte) string {
+	var b strings.Builder
+	b.Grow(partsLen + (len(parts)-1)*len(secret))
+	b.WriteString(parts[0])
+	for _, p := range parts[1:] {
+		b.Write(secret)
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// fill resolves the secret and fills the header template.
+func (c *compiled) fill(lookup Lookup) (string, error) {
+	secret, ok := revealSecret(lookup, c.ref)
 	if !ok {
 		return "", &MissingSecretError{Header: c.name, Ref: c.ref}
 	}
-	secret := sv.Reveal()
 	if c.basic {
 		// RFC 7617: user-id ":" password, base64 of the bytes as they are.
 		cred := make([]byte, 0, len(c.basicUser)+1+len(secret))
 		cred = append(append(append(cred, c.basicUser...), ':'), secret...)
 		return "Basic " + base64.StdEncoding.EncodeToString(cred), nil
 	}
-	var b strings.Builder
-	b.Grow(c.partsLen + (len(c.parts)-1)*len(secret))
-	b.WriteString(c.parts[0])
-	for _, p := range c.parts[1:] {
-		b.Write(secret)
-		b.WriteString(p)
-	}
-	v := b.String()
+	v := joinParts(c.parts, c.partsLen, secret)
 	if !httpguts.ValidHeaderFieldValue(v) {
 		return "", &InvalidValueError{Header: c.name, Ref: c.ref}
 	}
