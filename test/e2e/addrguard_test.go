@@ -41,6 +41,7 @@ const guardOff = "address_guard:\n  enabled: false\n"
 // same requests reach the origin (the SSRF this closes), so the test can
 // fail.
 func TestAddressGuardSSRF(t *testing.T) {
+	t.Parallel()
 	for _, on := range []bool{true, false} {
 		t.Run(map[bool]string{true: "guard on", false: "guard off"}[on], func(t *testing.T) {
 			cfg := podConfig{
@@ -105,6 +106,7 @@ func TestAddressGuardSSRF(t *testing.T) {
 // namespace that counts its answers, so the test knows the second answer
 // was given.
 func TestAddressGuardRebinding(t *testing.T) {
+	t.Parallel()
 	for _, on := range []bool{true, false} {
 		t.Run(map[bool]string{true: "guard on", false: "guard off"}[on], func(t *testing.T) {
 			cfg := podConfig{

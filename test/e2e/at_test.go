@@ -41,6 +41,7 @@ func newATPod(t *testing.T, withSecret bool) *pod {
 
 // AT-001: /healthz is 503 "not ready" while the required secret is missing.
 func TestAT001HealthzNotReadyWhileSecretMissing(t *testing.T) {
+	t.Parallel()
 	p := newATPod(t, false)
 	assertStatus(t, "GET /healthz", p.healthz(t), http.StatusServiceUnavailable, "not ready")
 	if out, errOut, code := p.probe(t); code == 0 || !strings.Contains(out, "503") {
@@ -51,6 +52,7 @@ func TestAT001HealthzNotReadyWhileSecretMissing(t *testing.T) {
 // AT-002: a request needing the missing secret fails closed with 500 and is
 // never forwarded without its credential.
 func TestAT002MissingSecretFailsClosed(t *testing.T) {
+	t.Parallel()
 	p := newATPod(t, false)
 	mark := p.mark(t)
 	r := p.app(t, "http", "-url", "http://api.example.test/headers")
@@ -84,6 +86,7 @@ func TestAT003SecretAppearsHealthzReadyWithoutRestart(t *testing.T) {
 // origin receives the value, the app sees '*' of the same length. The
 // rule's scrub_responses: false restores the reference's behaviour.
 func TestAT004EchoShowsInjectedSecret(t *testing.T) {
+	t.Parallel()
 	for _, scrub := range []bool{true, false} {
 		cfg := podConfig{rules: rulesAT, secrets: map[string]string{atSecretRef: atSecretValue}}
 		want := strings.Repeat("*", len(atSecretValue))
@@ -112,6 +115,7 @@ func TestAT004EchoShowsInjectedSecret(t *testing.T) {
 
 // AT-005: a host without a rule is denied with 403 "host not allowed".
 func TestAT005UnlistedHostDenied(t *testing.T) {
+	t.Parallel()
 	p := newATPod(t, true)
 	mark := p.mark(t)
 	assertStatus(t, "GET http://other.example.test/", p.app(t, "http", "-url", "http://other.example.test/"),
@@ -122,6 +126,7 @@ func TestAT005UnlistedHostDenied(t *testing.T) {
 // AT-006: explicit-proxy mode to an allowed host on a port outside its
 // allowed_ports (default 443 only) is denied.
 func TestAT006ExplicitProxyNon443PortDenied(t *testing.T) {
+	t.Parallel()
 	p := newATPod(t, true)
 	mark := p.mark(t)
 	r := p.app(t, "http", "-proxy", "http://127.0.0.1:8080", "-url", "http://api.example.test:8443/headers")
@@ -131,6 +136,7 @@ func TestAT006ExplicitProxyNon443PortDenied(t *testing.T) {
 
 // AT-007: in HTTP-only mode, direct HTTPS (TCP 443) gets no connection.
 func TestAT007DirectHTTPSDroppedInHTTPOnlyMode(t *testing.T) {
+	t.Parallel()
 	p := newATPod(t, true)
 	mark := p.mark(t)
 	assertNoConnection(t, "GET https://api.example.test/ (direct)", p.app(t, "http", "-url", "https://api.example.test/", "-cacert", p.originCA))
@@ -139,6 +145,7 @@ func TestAT007DirectHTTPSDroppedInHTTPOnlyMode(t *testing.T) {
 
 // AT-008: UDP to 443 (HTTP/3, QUIC) never arrives.
 func TestAT008QUICDropped(t *testing.T) {
+	t.Parallel()
 	p := newATPod(t, true)
 	mark := p.mark(t)
 	p.app(t, "udp", "-addr", p.addr4(443).String(), "-payload", "quic-initial")
@@ -147,6 +154,7 @@ func TestAT008QUICDropped(t *testing.T) {
 
 // AT-009: /metrics exposes botbox_ metrics; unknown paths are 404.
 func TestAT009MetricsAndUnknownPath(t *testing.T) {
+	t.Parallel()
 	p := newATPod(t, true)
 	p.app(t, "http", "-url", "http://api.example.test/headers") // so request counters exist
 	r := p.app(t, "http", "-url", "http://127.0.0.1:9090/metrics")

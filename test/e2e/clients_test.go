@@ -293,6 +293,7 @@ func (p *pod) runClient(t *testing.T, c clientScript, urls ...string) []clientRe
 // hears nothing of it; an https:// request is intercepted and injected
 // alike. curl -N also receives a server-sent event stream event by event.
 func TestClientCompatibility(t *testing.T) {
+	t.Parallel()
 	clients := clientScripts()
 	missing := map[string]string{}
 	for _, c := range clients {

@@ -25,6 +25,7 @@ func apiKeyPod(t *testing.T, cfg podConfig) (*pod, string) {
 // credential injected exactly once; the app's own Authorization values are
 // gone, other headers and the body pass unchanged.
 func TestAllowedHTTPInjectsCredentialOverTLS(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testAllowedHTTPInjectsCredentialOverTLS)
 }
 
@@ -64,6 +65,7 @@ func testAllowedHTTPInjectsCredentialOverTLS(t *testing.T, backend string) {
 // rule, a host without a rule, the origin's IP literal, and an explicit
 // proxy CONNECT tunnel (405).
 func TestDeniedHostOriginSeesNothing(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testDeniedHostOriginSeesNothing)
 }
 
@@ -95,6 +97,7 @@ func testDeniedHostOriginSeesNothing(t *testing.T, backend string) {
 // under default_action: allow (the reference's raw string match let
 // "blocked.com." and "x@blocked.com" through, reference §10.3 #3).
 func TestDenyRuleHoldsUnderDefaultAllow(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testDenyRuleHoldsUnderDefaultAllow)
 }
 
@@ -138,7 +141,10 @@ func testDenyRuleHoldsUnderDefaultAllow(t *testing.T, backend string) {
 
 // Direct TCP from the app to the origin's other ports, and to 443 in
 // HTTP-only mode, gets no connection.
-func TestDirectTCPDropped(t *testing.T) { forEachBackend(t, testDirectTCPDropped) }
+func TestDirectTCPDropped(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testDirectTCPDropped)
+}
 
 func testDirectTCPDropped(t *testing.T, backend string) {
 	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
@@ -154,7 +160,10 @@ func testDirectTCPDropped(t *testing.T, backend string) {
 
 // UDP from the app (443: the QUIC stand-in; 9999: any other port) never
 // arrives.
-func TestUDPDropped(t *testing.T) { forEachBackend(t, testUDPDropped) }
+func TestUDPDropped(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testUDPDropped)
+}
 
 func testUDPDropped(t *testing.T, backend string) {
 	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
@@ -170,7 +179,10 @@ func testUDPDropped(t *testing.T, backend string) {
 // Port 53 is the reference's deliberate hole: open to any destination by
 // default. BOTBOX_DNS_SERVERS narrows it to the given resolvers (per family;
 // a family without one gets no port-53 exemption).
-func TestDNSPort53(t *testing.T) { forEachBackend(t, testDNSPort53) }
+func TestDNSPort53(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testDNSPort53)
+}
 
 func testDNSPort53(t *testing.T, backend string) {
 	t.Run("default: open to any destination", func(t *testing.T) {
@@ -212,7 +224,10 @@ func testDNSPort53(t *testing.T, backend string) {
 // With BOTBOX_ENABLE_IPV6=1, IPv6 from the app is redirected to BotBox
 // (http:// to an IPv6-only name works, with the credential injected) or
 // dropped (direct TCP and UDP), never direct.
-func TestIPv6Redirected(t *testing.T) { forEachBackend(t, testIPv6Redirected) }
+func TestIPv6Redirected(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testIPv6Redirected)
+}
 
 func testIPv6Redirected(t *testing.T, backend string) {
 	p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
@@ -252,7 +267,10 @@ func testIPv6Redirected(t *testing.T, backend string) {
 // the app reaches the origin directly over IPv6, its own credential intact
 // and nothing injected. Asserted so the documentation stays honest; IPv4
 // stays contained.
-func TestIPv6BypassWhenDisabled(t *testing.T) { forEachBackend(t, testIPv6BypassWhenDisabled) }
+func TestIPv6BypassWhenDisabled(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testIPv6BypassWhenDisabled)
+}
 
 func testIPv6BypassWhenDisabled(t *testing.T, backend string) {
 	p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: false})
@@ -280,7 +298,10 @@ func testIPv6BypassWhenDisabled(t *testing.T, backend string) {
 // A process running as BotBox's UID (1337) is exempt from every rule: it
 // reaches the origin directly. This is the reference's documented risk (the
 // app must never run as 1337), asserted so that it cannot change silently.
-func TestUID1337IsExempt(t *testing.T) { forEachBackend(t, testUID1337IsExempt) }
+func TestUID1337IsExempt(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testUID1337IsExempt)
+}
 
 func testUID1337IsExempt(t *testing.T, backend string) {
 	p, key := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
@@ -319,6 +340,7 @@ func testUID1337IsExempt(t *testing.T, backend string) {
 // the response (issue 13, scrub_responses), while the origin still
 // receives it. Asserted so the README's containment table stays honest.
 func TestAllowlistedUpstreamNotContained(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testAllowlistedUpstreamNotContained)
 }
 
@@ -349,7 +371,10 @@ func testAllowlistedUpstreamNotContained(t *testing.T, backend string) {
 
 // ICMP is not filtered by default (reference §8.3: a tunnelling channel);
 // BOTBOX_DROP_ICMP=1 drops it for the app, both families.
-func TestICMP(t *testing.T) { forEachBackend(t, testICMP) }
+func TestICMP(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testICMP)
+}
 
 func testICMP(t *testing.T, backend string) {
 	for _, tt := range []struct {

@@ -38,6 +38,7 @@ func dnsEvents(evs []wire.Event) []wire.Event {
 // it, and every query here gets its answer before the record is read, so
 // a query that had got out (redirected or not) is in the record.
 func TestDNSGuardContainsExfiltration(t *testing.T) {
+	t.Parallel()
 	t.Run("guard on", func(t *testing.T) {
 		p, key := apiKeyPod(t, podConfig{ipv6: true, dnsServer: true, dnsGuard: true})
 		resolvers := []netip.AddrPort{

@@ -17,6 +17,7 @@ import (
 // which reaches the DNS server, instead of having no DNS at all while
 // BotBox reports ready.
 func TestDNSGuardPortFromEnvironment(t *testing.T) {
+	t.Parallel()
 	env := "BOTBOX_DNS_GUARD_PORT=" + strconv.Itoa(dnsGuardPort)
 	p, _ := apiKeyPod(t, podConfig{ipv6: true, dnsServer: true, botboxEnv: []string{env},
 		installEnv: func(*pod) []string { return []string{env} }})

@@ -51,6 +51,7 @@ func hostGitCmd(t *testing.T, dir string, args ...string) string {
 // credential and never the placeholder. The placeholder in any other
 // header is refused (403 tripwire) and git fails.
 func TestGitOverHTTPSWithBasicTemplate(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/usr/bin/git"); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("git is missing in CI: %v", err)

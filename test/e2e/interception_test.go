@@ -13,6 +13,7 @@ import (
 // https:// works with injection, over IPv4 and IPv6; the interception
 // listener's refusals hold and never reach the origin.
 func TestHTTPSInterception(t *testing.T) {
+	t.Parallel()
 	p, key := apiKeyPod(t, podConfig{ipv6: true, interception: true})
 	injected := []string{"Bearer " + key}
 
@@ -110,6 +111,7 @@ func TestHTTPSInterception(t *testing.T) {
 // With deny_handshake_on_disallowed_sni: true, a disallowed SNI gets no
 // certificate: the TLS handshake is refused and the origin sees nothing.
 func TestHTTPSInterceptionDeniesHandshakeForDisallowedSNI(t *testing.T) {
+	t.Parallel()
 	p, _ := apiKeyPod(t, podConfig{ipv6: true, interception: true, denyHandshake: true})
 	for _, host := range []string{hostOther, hostBlocked} {
 		t.Run(host, func(t *testing.T) {

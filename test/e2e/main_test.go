@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +35,28 @@ type builder struct {
 // after every test has run; nothing else mutates it.
 var build builder
 
+// e2eParallel is how many tests of this package run at once unless
+// -parallel is given. The tests mostly wait (connect timeouts proving a
+// DROP, process start-up, origin polling), not compute, so they overlap
+// well beyond GOMAXPROCS, which is go test's default and 2 on small CI
+// machines. Every test is parallel (each builds its own namespaces with
+// newPod) except the ones whose assertion is a wall-clock budget
+// (debounce+reloadMargin): TestAT003SecretAppearsHealthzReadyWithoutRestart,
+// TestAT010LogNeverContainsSecret, TestSecretRotationWhileRequestsFlow,
+// TestWebSocketBodyLimitE2E and TestReloadClosesWebSocketE2E run first,
+// alone in this package, so the parallel ones do not eat their margin.
+const e2eParallel = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(max(e2eParallel, runtime.GOMAXPROCS(0)))); err != nil {
+			fmt.Fprintf(os.Stderr, "setting -test.parallel: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	code := m.Run()
 	if build.bins.dir != "" {
 		_ = os.RemoveAll(build.bins.dir)

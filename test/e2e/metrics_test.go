@@ -13,6 +13,7 @@ import (
 // port-squat rules let through. The exec probe on 127.0.0.1 keeps passing.
 // With the default (127.0.0.1) nothing answers on the Pod's addresses.
 func TestMetricsScrapedOnPodIP(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, extra string
 		scrapable   bool

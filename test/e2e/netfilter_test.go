@@ -77,6 +77,7 @@ func (rs ruleset) mentions(s string) bool {
 // packets; `remove` restores the namespace to no BotBox rules and is itself
 // idempotent; the fail-fast checks of reference §8.2 change nothing.
 func TestNetfilterInstallIdempotentAndRemove(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testNetfilterInstallIdempotentAndRemove)
 }
 

@@ -35,6 +35,7 @@ const rulesPlaceholders = `
 // own host in the header the rule rewrites, the origin gets the real key
 // there (the rewrite replaced the app's value).
 func TestPlaceholderTripwire(t *testing.T) {
+	t.Parallel()
 	key := "sk-e2e-" + randomHex(t, 20)
 	p := newPod(t, podConfig{rules: rulesPlaceholders, placeholders: true, secrets: map[string]string{"api-key": key}})
 
@@ -131,6 +132,7 @@ const rulesReadBack = `
 // listener and HTTPS interception alike. The query_rewrites host gets the
 // key in its named parameter, and only there.
 func TestPlaceholderReadBack(t *testing.T) {
+	t.Parallel()
 	key := "sk-proj-" + randomHex(t, 20)
 	p := newPod(t, podConfig{
 		rules: rulesReadBack, placeholders: true, interception: true,

@@ -184,11 +184,15 @@ func netfilterBackends() []string { return []string{"iptables", "nftables"} }
 
 // forEachBackend runs test once per netfilter backend, as the subtests
 // "iptables" and "nftables": every containment property is proved with
-// real packets for both ways the rules reach the kernel (issue 14).
+// real packets for both ways the rules reach the kernel (issue 14). The
+// two subtests run in parallel: each builds its own pod (newPod).
 func forEachBackend(t *testing.T, test func(t *testing.T, backend string)) {
 	t.Helper()
 	for _, b := range netfilterBackends() {
-		t.Run(b, func(t *testing.T) { test(t, b) })
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			test(t, b)
+		})
 	}
 }
 

@@ -40,7 +40,10 @@ func (p *pod) assertNoDatagram(t *testing.T, since int64, kind string, dst netip
 // protocol (253); none of it reaches the "net" namespace, while the same
 // packets from the exempt UID 1337 do (the barrier). The reference's rules
 // dropped only -p tcp and -p udp and let both through.
-func TestOtherProtocolsDropped(t *testing.T) { forEachBackend(t, testOtherProtocolsDropped) }
+func TestOtherProtocolsDropped(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testOtherProtocolsDropped)
+}
 
 func testOtherProtocolsDropped(t *testing.T, backend string) {
 	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
@@ -161,7 +164,10 @@ func (p *pod) assertSquatUnanswered(t *testing.T, s *squatter, barrier string, s
 // stopped — never completes a handshake, for root or for BotBox's UID, so
 // it can neither pass `botbox probe` nor serve forged /metrics. BotBox's own
 // listeners keep answering. On the reference's rules each squat answered.
-func TestPortSquatHarmless(t *testing.T) { forEachBackend(t, testPortSquatHarmless) }
+func TestPortSquatHarmless(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testPortSquatHarmless)
+}
 
 func testPortSquatHarmless(t *testing.T, backend string) {
 	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true})
@@ -219,7 +225,10 @@ func testPortSquatHarmless(t *testing.T, backend string) {
 // the reports leave in order). `install` set force_mld_version=1, so the
 // reports are MLDv1 and the filter can tell the groups apart. On the old
 // rules (MLD reports of every type kept) the app's group arrived.
-func TestMulticastReportsDropped(t *testing.T) { forEachBackend(t, testMulticastReportsDropped) }
+func TestMulticastReportsDropped(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testMulticastReportsDropped)
+}
 
 func testMulticastReportsDropped(t *testing.T, backend string) {
 	const (

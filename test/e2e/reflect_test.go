@@ -77,6 +77,7 @@ func (p *pod) assertNothingOnTheWire(t *testing.T, mark int64) {
 // the attacker's listener or the wire, and no query reaches the DNS server
 // outside; the app's normal queries still resolve through the guard.
 func TestDNSGuardSpoofedSourceNoReflection(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, testDNSGuardSpoofedSourceNoReflection)
 }
 
@@ -140,7 +141,10 @@ func testDNSGuardSpoofedSourceNoReflection(t *testing.T, backend string) {
 // refused by the kernel itself; it is in the table to keep it so. The same
 // responders answer the app's own address (the control rows), so the
 // absence is the rules' doing.
-func TestSpoofedSourcesGetNoAnswer(t *testing.T) { forEachBackend(t, testSpoofedSourcesGetNoAnswer) }
+func TestSpoofedSourcesGetNoAnswer(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testSpoofedSourcesGetNoAnswer)
+}
 
 func testSpoofedSourcesGetNoAnswer(t *testing.T, backend string) {
 	p := reflectPod(t, podConfig{backend: backend, ipv6: true, dnsServer: true, dnsGuard: true,
@@ -204,7 +208,10 @@ func testSpoofedSourcesGetNoAnswer(t *testing.T, backend string) {
 // and the MLD report for its solicited-node group, sent from "::" because
 // the interface has no link-local address, reaches the origin. Were the
 // probe dropped, the duplicate would go unnoticed.
-func TestDADFromUnspecifiedSource(t *testing.T) { forEachBackend(t, testDADFromUnspecifiedSource) }
+func TestDADFromUnspecifiedSource(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testDADFromUnspecifiedSource)
+}
 
 func testDADFromUnspecifiedSource(t *testing.T, backend string) {
 	// The origin's address is <prefix>::1: solicited-node group ff02::1:ff00:1.

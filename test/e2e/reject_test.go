@@ -16,7 +16,10 @@ import (
 // reach nothing; UDP still never arrives; the redirect to BotBox and the
 // injection are unchanged. With the default the same connect gets no reset:
 // it times out (issue 10 item 7). Error kinds are asserted, never durations.
-func TestRejectFailsFast(t *testing.T) { forEachBackend(t, testRejectFailsFast) }
+func TestRejectFailsFast(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testRejectFailsFast)
+}
 
 func testRejectFailsFast(t *testing.T, backend string) {
 	t.Run("BOTBOX_REJECT=1", func(t *testing.T) {
@@ -70,7 +73,10 @@ func testRejectFailsFast(t *testing.T, backend string) {
 // address; the origin hears neither the datagram nor an ICMPv6 error
 // quoting it. The barrier is an echo request from the exempt UID, recorded
 // by the same ICMPv6 socket after anything sent before it.
-func TestRejectRepliesStayInPod(t *testing.T) { forEachBackend(t, testRejectRepliesStayInPod) }
+func TestRejectRepliesStayInPod(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, testRejectRepliesStayInPod)
+}
 
 func testRejectRepliesStayInPod(t *testing.T, backend string) {
 	p, _ := apiKeyPod(t, podConfig{backend: backend, ipv6: true, icmp6: true, installEnv: func(*pod) []string { return []string{"BOTBOX_REJECT=1"} }})

@@ -31,6 +31,7 @@ const rulesScopedToken = `
 // ambiguous path are refused by BotBox, over plain http:// and through HTTPS
 // interception, and the origin never sees them.
 func TestTokenScopedByRoutes(t *testing.T) {
+	t.Parallel()
 	p, key := apiKeyPod(t, podConfig{interception: true, rules: rulesScopedToken})
 	injected := []string{"Bearer " + key}
 	for _, scheme := range []string{"http", "https"} {

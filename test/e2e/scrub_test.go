@@ -17,6 +17,7 @@ import (
 // arrives tells nothing about the key. No wall-clock assertion: the origin
 // waits for the test.
 func TestScrubHoldBackIsNoPrefixOracle(t *testing.T) {
+	t.Parallel()
 	p, key := apiKeyPod(t, podConfig{ipv6: true})
 	right, wrong := key[:11], key[:10]+"z"
 	if strings.HasPrefix(key, wrong) {
