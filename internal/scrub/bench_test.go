@@ -17,7 +17,7 @@ import (
 func reportCPU(b *testing.B) func() {
 	start := processCPU(b)
 	return func() {
-		b.ReportMetric(float64((processCPU(b) - start).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64((processCPU(b)-start).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }
 
