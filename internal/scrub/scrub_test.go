@@ -475,3 +475,26 @@ func TestScanIsExactSparse(t *testing.T) {
 		})
 	}
 }
+
+// FuzzScanExact: scan masks exactly what the naive reference masks, on the
+// input placed between runs of filler long enough for the skips.
+func FuzzScanExact(f *testing.F) {
+	ps := Patterns(testSecrets[:2])
+	m, err := compilePatterns(ps)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(testSecrets[0].Value), uint16(100), byte('z'))
+	f.Add([]byte("GHI789jk\r\nl012MNO"), uint16(37), byte('\n'))
+	f.Add([]byte("abcdefghijklmnopqrstuvwxyz"), uint16(500), byte('a'))
+	f.Fuzz(func(t *testing.T, data []byte, pad uint16, filler byte) {
+		run := bytes.Repeat([]byte{filler}, int(pad%2048))
+		text := append(append(append(bytes.Clone(run), data...), run...), data...)
+		want := naiveMask(ps, text)
+		got := bytes.Clone(text)
+		m.scan(0, got, 0, true, nil)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("scan %q\nwant %q", got, want)
+		}
+	})
+}
