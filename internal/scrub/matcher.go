@@ -333,7 +333,9 @@ func (m *Matcher) Refs() []string { return append([]string(nil), m.refs...) }
 // p+shift[last three bytes] (an occurrence starting there would hold that
 // block closer to its start than any pattern does); past the current byte,
 // the scan resumes at the root there (TestScanIsExact compares with trying
-// every pattern at every position).
+// every pattern at every position). At the root it first skips by
+// skipRoot: windows at a fixed stride against blocks, then the shift of
+// the window where that stops (TestScanIsExactSparse).
 //
 // scan runs the automaton from state over b[from:], masks every occurrence
 // in b if mask is set (an occurrence may begin before from, in bytes the
