@@ -41,7 +41,15 @@ type Matcher struct {
 	// (Wu–Manber): win-1 minus the last index at which a block of that
 	// hash ends within some pattern's first win bytes, or win-2 if none.
 	shift *[1 << 16]uint8
-	win   int // min(shortest pattern, 256)
+	// blocks holds, for every block of four bytes ending at index 3 to
+	// win-1 of some pattern (CR and LF stripped), the bit of its
+	// blockBit: a window of win bytes without CR or LF whose last four
+	// bytes' bit is clear starts no occurrence in its first win-3 bytes
+	// (skipClear). Four bytes rather than shift's three: fewer windows of
+	// text hit a pattern's block, for one byte less of stride. Nil with
+	// shift.
+	blocks *[1 << 16 / 64]uint64
+	win    int // min(shortest pattern, 256)
 	// wholeOnly lists the refs whose fragments did not fit in MaxStates.
 	wholeOnly []string
 }
@@ -283,6 +291,7 @@ func compileGroups(groups []patternGroup) (*Matcher, error) {
 	}
 	if m.win >= 4 {
 		m.shift = new([1 << 16]uint8)
+		m.blocks = new([1 << 16 / 64]uint64)
 		for i := range m.shift {
 			m.shift[i] = uint8(m.win - 2)
 		}
@@ -291,6 +300,10 @@ func compileGroups(groups []patternGroup) (*Matcher, error) {
 			for j := 2; j < m.win; j++ { // the triple ends at index j
 				k := blockHash(b[j-2], b[j-1], b[j])
 				m.shift[k] = min(m.shift[k], uint8(m.win-1-j))
+			}
+			for j := 3; j < m.win; j++ { // the block of four ends at index j
+				h := blockBit(b[j-3], b[j-2], b[j-1], b[j])
+				m.blocks[h/64] |= 1 << (h % 64)
 			}
 		}
 	}
@@ -320,7 +333,9 @@ func (m *Matcher) Refs() []string { return append([]string(nil), m.refs...) }
 // p+shift[last three bytes] (an occurrence starting there would hold that
 // block closer to its start than any pattern does); past the current byte,
 // the scan resumes at the root there (TestScanIsExact compares with trying
-// every pattern at every position).
+// every pattern at every position). At the root it first skips by
+// skipRoot: windows at a fixed stride against blocks, then the shift of
+// the window where that stops (TestScanIsExactSparse).
 //
 // scan runs the automaton from state over b[from:], masks every occurrence
 // in b if mask is set (an occurrence may begin before from, in bytes the
@@ -341,7 +356,7 @@ func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, sink hitSink
 	shift, last := m.shift, m.win-1
 	lineBreak := -1 // index of the next CR or LF at or after p (len(b): none)
 	for i := from; i < len(b); i++ {
-		if shift != nil {
+		if shift != nil && s != 0 {
 			// The partial occurrence in progress starts at p; if the
 			// window of win bytes there has no line break and its last
 			// pair says no occurrence starts before p+d, with d beyond
@@ -362,6 +377,9 @@ func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, sink hitSink
 			}
 		}
 		if s == 0 {
+			if shift != nil {
+				i = m.skipRoot(b, i, &lineBreak)
+			}
 			for i < len(b) && !m.starts[b[i]] {
 				i++
 			}
@@ -386,6 +404,57 @@ func (m *Matcher) scan(state uint32, b []byte, from int, mask bool, sink hitSink
 		inRun = true
 	}
 	return s
+}
+
+// skipRoot returns the first index at or after i where an occurrence may
+// start, at the root: skipClear, then the shift of the window there, until
+// neither moves. lineBreak is scan's.
+func (m *Matcher) skipRoot(b []byte, i int, lineBreak *int) int {
+	last := m.win - 1
+	for {
+		if *lineBreak < i {
+			*lineBreak = nextLineBreak(b, i)
+		}
+		i = m.skipClear(b, i, *lineBreak)
+		e := i + last
+		if e >= *lineBreak || e >= len(b) {
+			return i
+		}
+		d := int(m.shift[blockHash(b[e-2], b[e-1], b[e])])
+		if d == 0 {
+			return i
+		}
+		i += d
+	}
+}
+
+// skipClear returns the first index at or after i where an occurrence
+// may start, as far as the windows of win bytes from i that end before
+// end (at most len(b); a CR or LF there) tell: it tries the window
+// ending every win-3 bytes, and stops at the first whose last four bytes
+// are a block in blocks. An occurrence starting at q in a window's first
+// win-3 bytes would hold that window's last four bytes at index 3 to
+// win-1 of its first win bytes (the window has no CR or LF), so their bit
+// would be set (TestScanIsExactSparse, FuzzScanExact).
+// The windows' positions do not depend on what they hold: the loads run
+// ahead of the tests (no shift read between them).
+func (m *Matcher) skipClear(b []byte, i, end int) int {
+	last, stride := m.win-1, m.win-3
+	end = min(end, len(b))
+	e := i + last
+	for ; e < end; e += stride {
+		h := blockBit(b[e-3], b[e-2], b[e-1], b[e])
+		if m.blocks[h/64]&(1<<(h%64)) != 0 {
+			break
+		}
+	}
+	return e - last
+}
+
+// blockBit is the blocks bit of a block of four bytes (a multiplicative
+// hash; collisions only stop a skip).
+func blockBit(a, b, c, d byte) uint16 {
+	return uint16((uint32(a) | uint32(b)<<8 | uint32(c)<<16 | uint32(d)<<24) * 0x9E3779B1 >> 16)
 }
 
 // blockHash is the shift table's index of a block of three bytes

@@ -418,3 +418,83 @@ func TestCache(t *testing.T) {
 		t.Fatalf("evicted key not compiled again (%d calls)", calls)
 	}
 }
+
+// TestScanIsExactSparse: on long texts with few occurrences (where scan
+// skips by the blocks bitset and the shift table), the automaton masks
+// exactly what trying every pattern at every position masks: fillers of
+// random bytes (CR and LF among them), of the alphabet, of JSON-like text
+// and of the patterns' own bytes, with pieces of patterns planted whole,
+// cut short, and broken by CR or LF.
+func TestScanIsExactSparse(t *testing.T) {
+	ps := Patterns(testSecrets)
+	m, err := compilePatterns(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patternBytes []byte
+	for _, p := range ps {
+		patternBytes = append(patternBytes, p.Bytes...)
+	}
+	seed := uint64(7)
+	next := func() int { seed = seed*6364136223846793005 + 1442695040888963407; return int(seed >> 33) }
+	const json = `{"id":"chatcmpl-1","choices":[{"delta":{"content":"Hello, world."}}]}` + "\n\n"
+	fillers := map[string]func(i int) byte{
+		"random":   func(int) byte { return byte(next()) },
+		"alphabet": func(i int) byte { return 'a' + byte(i%26) },
+		"json":     func(i int) byte { return json[i%len(json)] },
+		"patterns": func(int) byte { return patternBytes[next()%len(patternBytes)] },
+	}
+	for name, fill := range fillers {
+		t.Run(name, func(t *testing.T) {
+			for range 20 {
+				text := make([]byte, 16<<10)
+				for i := range text {
+					text[i] = fill(i)
+				}
+				for range 8 {
+					p := ps[next()%len(ps)].Bytes
+					piece := bytes.Clone(p[:len(p)-next()%3])
+					if next()%2 == 0 {
+						k := next() % len(piece)
+						piece = append(piece[:k], append([]byte{"\r\n"[next()%2]}, piece[k:]...)...)
+					}
+					at := next() % (len(text) - len(piece))
+					copy(text[at:], piece)
+				}
+				want := naiveMask(ps, text)
+				got := bytes.Clone(text)
+				m.scan(0, got, 0, true, nil)
+				if !bytes.Equal(got, want) {
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("first difference at %d: got %q want %q", i, got[max(i-20, 0):min(i+20, len(got))], want[max(i-20, 0):min(i+20, len(want))])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// FuzzScanExact: scan masks exactly what the naive reference masks, on the
+// input placed between runs of filler long enough for the skips.
+func FuzzScanExact(f *testing.F) {
+	ps := Patterns(testSecrets[:2])
+	m, err := compilePatterns(ps)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(testSecrets[0].Value), uint16(100), byte('z'))
+	f.Add([]byte("GHI789jk\r\nl012MNO"), uint16(37), byte('\n'))
+	f.Add([]byte("abcdefghijklmnopqrstuvwxyz"), uint16(500), byte('a'))
+	f.Fuzz(func(t *testing.T, data []byte, pad uint16, filler byte) {
+		run := bytes.Repeat([]byte{filler}, int(pad%2048))
+		text := append(append(append(bytes.Clone(run), data...), run...), data...)
+		want := naiveMask(ps, text)
+		got := bytes.Clone(text)
+		m.scan(0, got, 0, true, nil)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("scan %q\nwant %q", got, want)
+		}
+	})
+}
