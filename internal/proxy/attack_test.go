@@ -240,17 +240,7 @@ func (e *tripEnv) sendOpaque(listener, method, host, target string, hdr http.Hea
 	var client *http.Client
 	switch listener {
 	case ListenerHTTPS, listenerHTTPSH2:
-		addr := e.intercept.Listener.Addr().String()
-		tr := &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: e.ca.Pool()},
-			ForceAttemptHTTP2: listener == listenerHTTPSH2,
-			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			},
-		}
-		e.t.Cleanup(tr.CloseIdleConnections)
-		client = &http.Client{Transport: tr}
+		client = e.interceptClient(listener == listenerHTTPSH2)
 	case ListenerConnect:
 		client = e.curlClient(false)
 	default:

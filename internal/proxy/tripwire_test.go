@@ -76,6 +76,23 @@ var listeners = []string{ListenerHTTP, ListenerHTTPS, listenerHTTPSH2, ListenerC
 const listenerHTTPSH2 = "https-h2"
 
 // send sends req to host through listener and returns the status and body.
+// interceptClient is a client of the interception listener that trusts
+// the test CA and dials the listener whatever the URL's host; h2 offers
+// HTTP/2.
+func (e *tripEnv) interceptClient(h2 bool) *http.Client {
+	addr := e.intercept.Listener.Addr().String()
+	tr := &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: e.ca.Pool()},
+		ForceAttemptHTTP2: h2,
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	e.t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
 func (e *tripEnv) send(listener, method, host, target string, hdr http.Header, body io.Reader, length int64) (int, string) {
 	e.t.Helper()
 	var (
@@ -86,17 +103,7 @@ func (e *tripEnv) send(listener, method, host, target string, hdr http.Header, b
 	case ListenerHTTP:
 		client, u = e.plain.Client(), e.plain.URL+target
 	case ListenerHTTPS, listenerHTTPSH2:
-		addr := e.intercept.Listener.Addr().String()
-		tr := &http.Transport{
-			TLSClientConfig:   &tls.Config{RootCAs: e.ca.Pool()},
-			ForceAttemptHTTP2: listener == listenerHTTPSH2,
-			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			},
-		}
-		e.t.Cleanup(tr.CloseIdleConnections)
-		client, u = &http.Client{Transport: tr}, "https://"+host+target
+		client, u = e.interceptClient(listener == listenerHTTPSH2), "https://"+host+target
 	case ListenerConnect:
 		client, u = e.curlClient(false), "https://"+host+target
 	}
