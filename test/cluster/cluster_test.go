@@ -373,6 +373,18 @@ func TestCluster(t *testing.T) {
 				}
 			}
 		}
+		if len(fx.clientPod.Spec.InitContainers) != 0 || fx.clientPod.Labels["botbox.dev/injected"] != "" {
+			t.Errorf("a Pod in an unlabelled namespace was injected: %v", fx.clientPod.Spec.InitContainers)
+		}
+		webhookPods, err := n.client.CoreV1().Pods(releaseNS).List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(webhookPods.Items) == 0 {
+			t.Fatalf("the chart's webhook Pods: %v", err)
+		}
+		for _, p := range webhookPods.Items {
+			if len(p.Spec.InitContainers) != 0 {
+				t.Errorf("the release namespace's Pod %s was injected", p.Name)
+			}
+		}
 		rules, err := nftRulesOf(agent.Status.PodIP)
 		if err != nil {
 			t.Fatal(err)
@@ -552,6 +564,59 @@ func TestCluster(t *testing.T) {
 			return err
 		}); err != nil {
 			t.Fatalf("under IfNeeded: %v", err)
+		}
+	})
+
+	t.Run("admission: kubectl debug's ephemeral container is made safe, or refused at BotBox", func(t *testing.T) {
+		debug := func(name, target string) error {
+			patch := fmt.Sprintf(`{"spec":{"ephemeralContainers":[{"name":%q,"image":%q,"imagePullPolicy":"Never","args":["sleep"],"targetContainerName":%q}]}}`, name, probeImage, target)
+			_, err := n.client.CoreV1().Pods(agentsNS).Patch(t.Context(), agent.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "ephemeralcontainers")
+			return err
+		}
+		if err := debug("debug-botbox", "botbox"); err == nil || !strings.Contains(err.Error(), "denied the request") {
+			t.Errorf("an ephemeral container targeting BotBox's container: want a denial, got %v", err)
+		}
+		if err := debug("debug", "app"); err != nil {
+			t.Fatalf("an ephemeral container targeting the app: %v", err)
+		}
+		p, err := n.client.CoreV1().Pods(agentsNS).Get(t.Context(), agent.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range p.Spec.EphemeralContainers {
+			sc := e.SecurityContext
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+				t.Errorf("stored ephemeral container %s is not made safe: %+v", e.Name, sc)
+			}
+		}
+		if len(p.Spec.EphemeralContainers) != 1 {
+			t.Errorf("stored ephemeral containers: %d, want 1", len(p.Spec.EphemeralContainers))
+		}
+	})
+
+	t.Run("helm upgrade keeps the webhook's CA", func(t *testing.T) {
+		secret := func() string {
+			s, err := n.client.CoreV1().Secrets(releaseNS).Get(t.Context(), "botbox-webhook-tls", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(s.Data["ca.crt"])
+		}
+		before := secret()
+		chart, _ := filepath.Abs("../../charts/botbox")
+		if out, err := exec.CommandContext(t.Context(), n.helm, "upgrade", "botbox", chart, "--kubeconfig", n.kubecfg,
+			"-n", releaseNS, "--reuse-values", "--wait", "--timeout", "120s").CombinedOutput(); err != nil {
+			t.Fatalf("helm upgrade: %v: %s", err, out)
+		}
+		if after := secret(); after != before || before == "" {
+			t.Errorf("helm upgrade changed the webhook's CA")
+		}
+		mwc, err := n.client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), "botbox", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(mwc.Webhooks[0].ClientConfig.CABundle) != before {
+			t.Errorf("the caBundle is not the Secret's ca.crt after the upgrade")
 		}
 	})
 
