@@ -502,7 +502,7 @@ func TestCluster(t *testing.T) {
 			pod  *corev1.Pod
 			want string
 		}{
-			{withHostProbe, "host"},
+			{withHostProbe, "httpGet.host"},
 			{otherRegistry, "registry.example.com"},
 		} {
 			_, err := n.client.CoreV1().Pods(agentsNS).Create(t.Context(), tc.pod, metav1.CreateOptions{})
