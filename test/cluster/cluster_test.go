@@ -158,12 +158,14 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// probePod is a Pod running the probe image with args, labelled app=name.
+// probePod is a Pod running the probe image with args, labelled app=name,
+// as UID 2000 (the webhook refuses Pods whose UID only the image decides).
 func probePod(ns, name string, args ...string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: new(int64),
+			SecurityContext:               &corev1.PodSecurityContext{RunAsUser: ptr(int64(2000))},
 			Containers: []corev1.Container{{
 				Name: "app", Image: probeImage, ImagePullPolicy: corev1.PullNever, Args: args,
 			}},
@@ -411,8 +413,9 @@ func TestCluster(t *testing.T) {
 		if got := seen[0].Header.Get("Authorization"); got != "Bearer "+fx.key {
 			t.Errorf("the origin got Authorization %q, want the Secret's key", got)
 		}
-		if seen[0].Host != "origin.botbox.test" {
-			t.Errorf("the origin got Host %q", seen[0].Host)
+		// Plain HTTP upstreams get the port written out (setUpstream).
+		if seen[0].Host != "origin.botbox.test:80" {
+			t.Errorf("the origin got Host %q, want origin.botbox.test:80", seen[0].Host)
 		}
 	})
 
