@@ -95,11 +95,14 @@ func (n *node) installChart(ctx context.Context) error {
 func (n *node) teardown(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	_ = n.client.AppsV1().Deployments(releaseNS).Delete(ctx, "botbox", metav1.DeleteOptions{})
+	// Workloads first, or their ReplicaSets would recreate the Pods.
 	nss, _ := n.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if nss != nil {
+		now := metav1.DeleteOptions{GracePeriodSeconds: new(int64)}
 		for _, ns := range nss.Items {
-			_ = n.client.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{})
+			_ = n.client.AppsV1().Deployments(ns.Name).DeleteCollection(ctx, now, metav1.ListOptions{})
+			_ = n.client.AppsV1().ReplicaSets(ns.Name).DeleteCollection(ctx, now, metav1.ListOptions{})
+			_ = n.client.CoreV1().Pods(ns.Name).DeleteCollection(ctx, now, metav1.ListOptions{})
 		}
 	}
 	for ctx.Err() == nil {
@@ -108,6 +111,9 @@ func (n *node) teardown(ctx context.Context) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "cluster suite: Pods still there after 90 s; stopping the node anyway")
 	}
 	n.stop()
 }

@@ -55,11 +55,11 @@ func missing() string {
 			absent = append(absent, bin)
 		}
 	}
-	if helmBinary() == "" {
-		absent = append(absent, "helm (BOTBOX_HELM or PATH; .ci/run builds it)")
-	}
 	if len(absent) > 0 {
 		return "missing " + strings.Join(absent, ", ") + " (apt-get install -y iproute2 nftables util-linux podman runc catatonit)"
+	}
+	if helmBinary() == "" {
+		return "missing helm (BOTBOX_HELM or PATH; .ci/run builds v3.22.0 into ~/.cache/botbox)"
 	}
 	return ""
 }
@@ -242,6 +242,8 @@ func inside(m *testing.M, work string) int {
 	fmt.Printf("cluster suite: chart installed and its webhook Pods Ready %s after start\n", time.Since(start).Round(100*time.Millisecond))
 	suite = n
 	code := m.Run()
+	stopping := time.Now()
 	n.teardown(ctx)
+	fmt.Printf("cluster suite: every Pod deleted and every component stopped in %s\n", time.Since(stopping).Round(100*time.Millisecond))
 	return code
 }

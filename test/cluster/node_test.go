@@ -127,15 +127,19 @@ func (p *proc) waitUp(timeout time.Duration, ready func() error) error {
 	}
 }
 
-// stop sends SIGTERM to every component, the last started first, and
-// SIGKILL to what is still running 15 s later. The PID namespace kills
-// anything left when the test binary, its init, exits.
+// stop sends SIGTERM to every component at once (the Pods are gone by
+// then, so no order is needed) and SIGKILL to what is still running 10 s
+// later. The PID namespace kills anything left when the test binary, its
+// init, exits.
 func (n *node) stop() {
 	for _, p := range slices.Backward(n.procs) {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.After(10 * time.Second)
+	for _, p := range n.procs {
 		select {
 		case <-p.exited:
-		case <-time.After(15 * time.Second):
+		case <-deadline:
 			_ = p.cmd.Process.Kill()
 			<-p.exited
 		}
