@@ -211,14 +211,17 @@ func (h *Handler) servePlain(w http.ResponseWriter, r *http.Request) {
 // port 443): http://host:80/ is http://host/ to every HTTP client, and
 // grpc-go sends ":authority host:80" for grpc.Dial("host:80"). The
 // reference refused it as port_not_allowed; a documented difference
-// (docs/differences.md). A rule with upstream_tls: false keeps its :80,
-// the real port of its plain-HTTP origin. TestPlainListenerPort80.
+// (docs/differences.md). For a rule with upstream_tls: false it is the
+// other way round: its origin really speaks plain HTTP, so :80 stays, and
+// no port means 80 too, the port an http:// URL without one names (the
+// cluster suite's in-cluster origin found a transparently redirected
+// `http://svc/` refused as port 443 before). TestPlainListenerPort80.
 func plainDefaultPort(hp hostport.HostPort, p *policy.Policy) hostport.HostPort {
-	if !hp.HasPort || hp.Port != 80 {
+	if hp.HasPort && hp.Port != 80 {
 		return hp
 	}
 	if r := p.RuleForName(hp.Host); r != nil && r.PlainHTTP {
-		return hp
+		return hostport.HostPort{Host: hp.Host, Port: 80, HasPort: true}
 	}
 	return hostport.HostPort{Host: hp.Host}
 }

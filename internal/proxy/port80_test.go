@@ -21,6 +21,11 @@ func TestPlainListenerPort80(t *testing.T) {
       action: allow
       allowed_ports: [80]
       upstream_tls: false
+    - host: svc.internal.test
+      action: allow
+      allowed_ports: [80]
+      upstream_tls: false
+      allow_private_addresses: true
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +43,12 @@ func TestPlainListenerPort80(t *testing.T) {
 		{"api.example.test:443", "api.example.test:443"},
 		{"api.example.test", "api.example.test"},
 		{"10.0.0.5:80", "10.0.0.5:80"},
+		{"10.0.0.5", "10.0.0.5:80"},
+		{"10.0.0.5:8080", "10.0.0.5:8080"},
 		{"10.0.1.5:80", "10.0.1.5"},
+		{"10.0.1.5", "10.0.1.5"},
+		{"svc.internal.test", "svc.internal.test:80"},
+		{"svc.internal.test:80", "svc.internal.test:80"},
 	} {
 		hp, err := hostport.Parse(tc.in)
 		if err != nil {
