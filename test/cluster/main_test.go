@@ -113,6 +113,7 @@ func outside() int {
 	}
 	fmt.Printf("cluster suite: binaries and images ready in %s\n", time.Since(start).Round(time.Second))
 	before := cgroupDirs()
+	hostBefore := hostState()
 	cmd := exec.Command("unshare", append([]string{"--net", "--mount", "--propagation", "private",
 		"--pid", "--fork", "--mount-proc", "--kill-child", "--", os.Args[0]}, os.Args[1:]...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, os.Stdout, os.Stderr
@@ -121,6 +122,10 @@ func outside() int {
 	err = cmd.Run()
 	if left := removeNewCgroups(before); len(left) > 0 {
 		fmt.Fprintln(os.Stderr, "cluster suite: cgroups left behind:", strings.Join(left, "; "))
+	}
+	if after := hostState(); after != hostBefore {
+		fmt.Fprintf(os.Stderr, "FAIL: the host changed while the cluster ran (the cluster, or another program at the same time):\nbefore:\n%s\nafter:\n%s\n", hostBefore, after)
+		return 1
 	}
 	if err != nil {
 		if exit, ok := err.(*exec.ExitError); ok {
@@ -246,4 +251,21 @@ func inside(m *testing.M, work string) int {
 	n.teardown(ctx)
 	fmt.Printf("cluster suite: every Pod deleted and every component stopped in %s\n", time.Since(stopping).Round(100*time.Millisecond))
 	return code
+}
+
+// hostState is what the cluster must leave as it found it on the host:
+// the kernel settings the kubelet and kube-proxy want changed, and the
+// host network namespace's netfilter rules (the kubelet and kube-proxy
+// write theirs into the suite's own namespace only).
+func hostState() string {
+	var b strings.Builder
+	for _, f := range []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops", "net/ipv4/ip_forward", "net/ipv4/conf/all/route_localnet"} {
+		v, err := os.ReadFile("/proc/sys/" + f)
+		fmt.Fprintf(&b, "%s=%s (%v)\n", f, strings.TrimSpace(string(v)), err)
+	}
+	for _, c := range [][]string{{"nft", "list", "ruleset"}, {"ip", "-o", "addr"}, {"ip", "route"}} {
+		out, err := exec.Command(c[0], c[1:]...).CombinedOutput()
+		fmt.Fprintf(&b, "$ %s (%v)\n%s", strings.Join(c, " "), err, out)
+	}
+	return b.String()
 }
