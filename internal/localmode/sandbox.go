@@ -1,0 +1,255 @@
+package localmode
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spec is one confined command.
+type Spec struct {
+	// Dir is its working directory ("" = the caller's).
+	Dir string
+	// Hide are absolute, symlink-free paths covered by empty read-only
+	// mounts in the command's mount namespace.
+	Hide []string
+	// Redirects maps TCP destination ports (80, 443, --tcp-ports) to
+	// BotBox's listener ports in the namespace.
+	Redirects map[uint16]uint16
+	// DNSPort is the DNS guard's port: UDP and TCP 53 to any address go to
+	// it (0: DNS is dropped like any other port).
+	DNSPort uint16
+	// Stdin, Stdout and Stderr are the command's (and the helper's).
+	Stdin, Stdout, Stderr *os.File
+	// TTY is which of 0, 1, 2 is the controlling terminal of which BotBox
+	// holds the foreground (-1: none): the command's process group then
+	// becomes the foreground one.
+	TTY int
+}
+
+// Sandbox is a started helper: the namespaces exist, the rules are in,
+// the secrets are covered; Listen and ListenPacket create sockets in the
+// namespace until Begin starts the command.
+type Sandbox struct {
+	cmd     *exec.Cmd
+	ch      *channel
+	mu      sync.Mutex // one request at a time before Begin
+	replies chan reply // after Begin: the helper's "stopped" and "exit"
+	done    chan struct{}
+	procErr error
+	tty     int
+}
+
+// ExitStatus is how the command ended: Code, or Signal when a signal
+// ended it.
+type ExitStatus struct {
+	Code   int
+	Signal syscall.Signal
+}
+
+// StartError is a failure before the command ran; Code is the exit
+// status to end with (127: command not found, 126: not executable, 1:
+// anything else).
+type StartError struct {
+	Code int
+	Err  error
+}
+
+func (e *StartError) Error() string { return e.Err.Error() }
+func (e *StartError) Unwrap() error { return e.Err }
+
+// Start creates the namespaces and the helper in them, and waits until the
+// helper has prepared the network and the mounts. It leaves the calling
+// process not dumpable (PR_SET_DUMPABLE 0).
+func Start(spec Spec) (*Sandbox, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding the botbox binary to run the namespace helper: %w", err)
+	}
+	parent, child, err := socketPair()
+	if err != nil {
+		return nil, err
+	}
+	defer child.Close()
+	uid, gid := os.Getuid(), os.Getgid()
+	cmd := &exec.Cmd{
+		Path:       self,
+		Args:       []string{"botbox", HelperCommand},
+		Env:        []string{},
+		Stdin:      spec.Stdin,
+		Stdout:     spec.Stdout,
+		Stderr:     spec.Stderr,
+		ExtraFiles: []*os.File{child},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWPID | unix.CLONE_NEWIPC,
+			// The invoking user, as itself: inside, the command sees its own
+			// UID and GID; nothing else is mapped.
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			// What the helper does as the namespaces' owner (rules, routes,
+			// mounts, capability drop, low ports); a non-root UID keeps them
+			// across its execve only as ambient capabilities. The command
+			// gets none of them (dropPrivileges).
+			AmbientCaps: []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE},
+			// If BotBox dies, the helper (PID 1 of the namespace) dies, and
+			// with it every process of the namespace.
+			Pdeathsig: unix.SIGKILL,
+		},
+	}
+	// The parent writes the child's uid_map and gid_map, which /proc makes
+	// root's while the child, like its parent, is not dumpable; the flag is
+	// back before any secret is loaded (Run loads them after Start).
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
+	err = cmd.Start()
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	if err != nil {
+		_ = parent.Close()
+		return nil, diagnoseUserNS(err)
+	}
+	ch, err := newChannel(parent)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, err
+	}
+	sb := &Sandbox{cmd: cmd, ch: ch, replies: make(chan reply, 8), done: make(chan struct{}), tty: spec.TTY}
+	go func() { sb.procErr = cmd.Wait(); close(sb.done) }()
+	s := setup{Dir: spec.Dir, Hide: spec.Hide, DNSPort: spec.DNSPort, TTY: spec.TTY}
+	for from, to := range spec.Redirects {
+		s.Redirects = append(s.Redirects, redirect{From: from, To: to})
+	}
+	if err := ch.send(s, -1); err != nil {
+		sb.Kill()
+		return nil, fmt.Errorf("sending the setup to the namespace helper: %w", err)
+	}
+	var r reply
+	if _, err := ch.recv(&r); err != nil {
+		sb.Kill()
+		return nil, diagnoseUserNS(fmt.Errorf("the namespace helper ended during setup: %w", err))
+	}
+	if r.Kind != "ready" {
+		sb.Kill()
+		return nil, diagnoseUserNS(fmt.Errorf("preparing the command's namespaces: %s", r.Error))
+	}
+	return sb, nil
+}
+
+// socket asks the helper for one socket.
+func (sb *Sandbox) socket(network, addr string) (*os.File, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if err := sb.ch.send(request{Op: "listen", Network: network, Addr: addr}, -1); err != nil {
+		return nil, fmt.Errorf("asking the namespace helper for %s %s: %w", network, addr, err)
+	}
+	var r reply
+	f, err := sb.ch.recv(&r)
+	if err != nil {
+		return nil, fmt.Errorf("asking the namespace helper for %s %s: %w", network, addr, err)
+	}
+	if r.Kind != "socket" || r.Error != "" || f == nil {
+		if f != nil {
+			_ = f.Close()
+		}
+		return nil, fmt.Errorf("listen %s %s in the command's network namespace: %s", network, addr, r.Error)
+	}
+	return f, nil
+}
+
+// Listen is a server.ListenFunc: a TCP listener created in the command's
+// network namespace, served from BotBox's.
+func (sb *Sandbox) Listen(network, addr string) (net.Listener, error) {
+	f, err := sb.socket(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return net.FileListener(f)
+}
+
+// ListenPacket binds a UDP socket in the command's network namespace.
+func (sb *Sandbox) ListenPacket(network, addr string) (net.PacketConn, error) {
+	f, err := sb.socket(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return net.FilePacketConn(f)
+}
+
+// Begin starts argv (argv[0] looked up on the PATH of env) with the whole
+// environment env. After it, Signal forwards signals and Replies reports
+// stops and the exit.
+func (sb *Sandbox) Begin(argv, env []string) error {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if err := sb.ch.send(request{Op: "start", Argv: argv, Env: env}, -1); err != nil {
+		return fmt.Errorf("starting the command: %w", err)
+	}
+	var r reply
+	if _, err := sb.ch.recv(&r); err != nil {
+		return fmt.Errorf("starting the command: the namespace helper ended: %w", err)
+	}
+	switch r.Kind {
+	case "started":
+	case "error":
+		code := r.Code
+		if code == 0 {
+			code = 1
+		}
+		return &StartError{Code: code, Err: errors.New(r.Error)}
+	default:
+		return fmt.Errorf("starting the command: unexpected reply %q", r.Kind)
+	}
+	go func() {
+		defer close(sb.replies)
+		for {
+			var r reply
+			if _, err := sb.ch.recv(&r); err != nil {
+				return
+			}
+			sb.replies <- r
+		}
+	}()
+	return nil
+}
+
+// Signal forwards sig to the command.
+func (sb *Sandbox) Signal(sig syscall.Signal) {
+	_ = sb.ch.send(request{Op: "signal", Signal: int(sig)}, -1)
+}
+
+// Continue resumes a stopped command; with foreground, its process group
+// gets the terminal back first.
+func (sb *Sandbox) Continue(foreground bool) {
+	_ = sb.ch.send(request{Op: "continue", Foreground: foreground}, -1)
+}
+
+// Replies are the helper's reports after Begin: "stopped" when the command
+// was stopped, "exit" when it ended. The channel closes when the helper
+// is gone.
+func (sb *Sandbox) Replies() <-chan reply { return sb.replies }
+
+// Done is closed when the helper process has been reaped.
+func (sb *Sandbox) Done() <-chan struct{} { return sb.done }
+
+// Kill ends the helper and with it every process of the namespace, and
+// waits for it.
+func (sb *Sandbox) Kill() {
+	_ = sb.cmd.Process.Kill()
+	<-sb.done
+	_ = sb.ch.c.Close()
+}
+
+// Close waits for the helper to end (it does once the command has) and
+// releases the socket pair.
+func (sb *Sandbox) Close() {
+	<-sb.done
+	_ = sb.ch.c.Close()
+}
