@@ -17,6 +17,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/botbox/botbox/test/e2e/internal/wire"
 )
 
 // Local mode (`botbox exec`, issue 22): BotBox runs as an unprivileged
@@ -306,5 +310,129 @@ func TestLocalModeClients(t *testing.T) {
 			}
 		}
 	})
+	l.assertNoLeftovers(t)
+}
+
+// clientBatch runs e2e-client once per probe inside one botbox exec and
+// returns one result per probe (the client prints one JSON line each).
+func (l *local) clientBatch(t *testing.T, probes [][]string) []wire.Result {
+	t.Helper()
+	var script strings.Builder
+	for _, p := range probes {
+		script.WriteString(l.p.bins.client)
+		for _, a := range p {
+			script.WriteString(" '" + a + "'")
+		}
+		script.WriteString("\n")
+	}
+	r := l.mustExec(t, nil, []string{"--quiet"}, "sh", "-c", script.String())
+	var out []wire.Result
+	for line := range strings.Lines(r.stdout) {
+		var res wire.Result
+		if err := json.Unmarshal([]byte(line), &res); err != nil {
+			t.Fatalf("e2e-client printed %q: %v\nstderr:\n%s", line, err, r.stderr)
+		}
+		if res.UID != l.uid {
+			t.Fatalf("e2e-client ran as UID %d, want the local user %d", res.UID, l.uid)
+		}
+		out = append(out, res)
+	}
+	if len(out) != len(probes) {
+		t.Fatalf("%d results for %d probes:\n%s\nstderr:\n%s", len(out), len(probes), r.stdout, r.stderr)
+	}
+	return out
+}
+
+// TestLocalModeContainment: from inside botbox exec, nothing but BotBox
+// reaches out. The pod (the machine) has no rule at all, so each of these
+// would succeed without the command's namespace: direct TCP to the
+// origin's other port over IPv4 and IPv6, to the machine's own address and
+// to a server on the machine's loopback; UDP to the origin (QUIC); ICMP
+// echo over both families. IPv6 to port 80 goes through BotBox (the
+// credential injected, as for IPv4). DNS to any resolver address is
+// answered by the guard: the allowed name resolves, others get NXDOMAIN,
+// and only BotBox's own query for the allowed name reaches the DNS server.
+func TestLocalModeContainment(t *testing.T) {
+	t.Parallel()
+	key := "sk-" + randomHex(t, 16)
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": key}})
+	p := l.p
+	// A server on the machine's loopback and its address: what a
+	// developer's database or Docker API is.
+	hostSrv := startProc(t, "host-listener", p.dir, nil, "ip", "netns", "exec", p.podNS, p.bins.client, "listen",
+		"-addr", "127.0.0.1:7777", "-addr", "[::1]:7777", "-addr", p.podIP4.String()+":7777")
+	if !waitFor(startupTimeout, func() bool { return strings.Contains(hostSrv.logs(), "ready") }) {
+		t.Fatalf("host listener did not start: %s", hostSrv.logs())
+	}
+	mark := p.mark(t)
+	exfil := "exfil-" + randomHex(t, 6)
+	tcp := func(addr string) []string { return []string{"tcp", "-addr", addr, "-connect-timeout", "1s"} }
+	dnsq := func(resolver, name, qtype string, overTCP bool) []string {
+		a := []string{"dns", "-addr", resolver, "-name", name, "-qtype", qtype, "-timeout", "3s"}
+		if overTCP {
+			a = append(a, "-tcp")
+		}
+		return a
+	}
+	probes := [][]string{
+		tcp(p.addr4(8443).String()),                                // 0
+		tcp(p.addr6(8443).String()),                                // 1
+		tcp(p.podIP4.String() + ":7777"),                           // 2
+		tcp("127.0.0.1:7777"),                                      // 3: the command's own loopback
+		tcp("[::1]:7777"),                                          // 4
+		{"udp", "-addr", p.addr4(443).String(), "-payload", exfil}, // 5
+		{"udp", "-addr", p.addr6(443).String(), "-payload", exfil}, // 6
+		{"ping", "-addr", p.netIP4.String(), "-timeout", "2s"},     // 7
+		{"ping", "-addr", p.netIP6.String(), "-timeout", "2s"},     // 8
+		{"http", "-url", "http://" + hostV6 + "/local/v6"},         // 9
+		dnsq(p.addr4(53).String(), hostAPI, "A", false),            // 10
+		dnsq(p.addr6(53).String(), hostAPI, "AAAA", true),          // 11
+		dnsq("127.0.0.53:53", exfil+".exfil.test", "TXT", false),   // 12
+		dnsq(p.addr4(53).String(), hostOther, "A", true),           // 13
+		dnsq("[::1]:53", exfil+"-v6.exfil.test", "AAAA", false),    // 14
+	}
+	res := l.clientBatch(t, probes)
+	for i := 0; i <= 2; i++ {
+		assertNoConnection(t, strings.Join(probes[i], " "), res[i])
+	}
+	for i := 3; i <= 4; i++ {
+		if res[i].Connected {
+			t.Errorf("%s: connected, want the command's own empty loopback (refused)", strings.Join(probes[i], " "))
+		}
+	}
+	for i := 5; i <= 8; i++ {
+		if res[i].Connected {
+			t.Errorf("%s: sent, want the packet refused", strings.Join(probes[i], " "))
+		}
+	}
+	if r := res[9]; r.Status != 200 || r.Echo == nil || r.Echo.Path != "/local/v6" {
+		t.Errorf("http://%s over IPv6: status %d error %q, want 200 from the origin through BotBox", hostV6, r.Status, r.Error)
+	}
+	ev := p.httpEvent(t, mark, "/local/v6")
+	if !ev.TLS || !slices.Equal(ev.Header["Authorization"], []string{"Bearer " + key}) {
+		t.Errorf("origin saw /local/v6 tls=%v Authorization=%q, want TLS with the key injected", ev.TLS, ev.Header["Authorization"])
+	}
+	for i, want := range map[int]string{10: p.netIP4.String(), 11: p.netIP6.String()} {
+		if r := res[i]; r.Status != dns.RcodeSuccess || r.Body != want {
+			t.Errorf("%s: rcode %d answer %q error %q, want %s", strings.Join(probes[i], " "), r.Status, r.Body, r.Error, want)
+		}
+	}
+	for _, i := range []int{12, 13, 14} {
+		if r := res[i]; !r.Connected || r.Status != dns.RcodeNameError {
+			t.Errorf("%s: connected=%v rcode %d error %q, want NXDOMAIN from the guard", strings.Join(probes[i], " "), r.Connected, r.Status, r.Error)
+		}
+	}
+	p.assertNoTCP(t, mark, p.addr4(8443))
+	p.assertNoTCP(t, mark, p.addr6(8443))
+	p.assertNoUDP(t, mark, p.addr4(443))
+	p.assertNoUDP(t, mark, p.addr6(443))
+	for _, e := range p.events(t, mark) {
+		if strings.Contains(e.Payload, exfil) || strings.Contains(e.Payload, hostOther) {
+			t.Errorf("the net namespace received %s %q at %s (#%d)", e.Kind, e.Payload, e.Local, e.Seq)
+		}
+	}
+	if logs := hostSrv.logs(); strings.Contains(logs, "connected") {
+		t.Errorf("the machine's own listener saw a connection from the command:\n%s", logs)
+	}
 	l.assertNoLeftovers(t)
 }
