@@ -114,19 +114,23 @@ func newLocal(t *testing.T, cfg podConfig) *local {
 	return l
 }
 
-// argv is the full command line of `botbox exec [flags] -- cmd...` as the
-// local user in the pod, with a clean environment plus env.
-func (l *local) argv(env, flags []string, cmd ...string) []string {
+// userArgv is cmd run as the local user in the pod, with a clean
+// environment plus env.
+func (l *local) userArgv(env []string, cmd ...string) []string {
 	full := []string{"ip", "netns", "exec", l.p.podNS,
 		"setpriv", "--reuid", strconv.Itoa(l.uid), "--regid", strconv.Itoa(l.gid), "--clear-groups",
 		"env", "-i", "PATH=" + appPATH, "HOME=" + l.home, "XDG_RUNTIME_DIR=" + l.runtime, "LANG=C.UTF-8"}
-	full = append(full, env...)
-	full = append(full, l.p.bins.botbox, "exec", "-c", l.p.configPath)
-	full = append(full, flags...)
-	return append(append(full, "--"), cmd...)
+	return append(append(full, env...), cmd...)
 }
 
-// execResult is how one botbox exec ended.
+// argv is the full command line of `botbox exec [flags] -- cmd...` as the
+// local user (userArgv).
+func (l *local) argv(env, flags []string, cmd ...string) []string {
+	full := append([]string{l.p.bins.botbox, "exec", "-c", l.p.configPath}, flags...)
+	return l.userArgv(env, append(append(full, "--"), cmd...)...)
+}
+
+// execResult is how one run ended.
 type execResult struct {
 	stdout, stderr string
 	code           int            // exit status (-1: killed by a signal)
@@ -136,7 +140,12 @@ type execResult struct {
 // exec runs botbox exec to its end.
 func (l *local) exec(t *testing.T, env, flags []string, cmd ...string) execResult {
 	t.Helper()
-	argv := l.argv(env, flags, cmd...)
+	return runArgv(t, l.argv(env, flags, cmd...))
+}
+
+// runArgv runs argv to its end (at most commandTimeout).
+func runArgv(t *testing.T, argv []string) execResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -435,4 +444,228 @@ func TestLocalModeContainment(t *testing.T) {
 		t.Errorf("the machine's own listener saw a connection from the command:\n%s", logs)
 	}
 	l.assertNoLeftovers(t)
+}
+
+// startExec starts botbox exec in the background and waits until its
+// command printed "ready" on stdout.
+func (l *local) startExec(t *testing.T, name string, cmd ...string) *proc {
+	t.Helper()
+	argv := l.argv(nil, []string{"--quiet"}, cmd...)
+	pr := startProc(t, name, l.p.dir, []string{"PATH=" + appPATH}, argv...)
+	if !waitFor(startupTimeout, func() bool {
+		out, _ := os.ReadFile(pr.stdoutPath)
+		return strings.Contains(string(out), "ready") || pr.exited()
+	}) || pr.exited() {
+		t.Fatalf("botbox exec %v did not get ready:\n%s", cmd, pr.logs())
+	}
+	return pr
+}
+
+// descendants returns the PIDs below pid (host PID namespace), children
+// first.
+func descendants(pid int) []int {
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", p))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, s := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(s); err == nil {
+					out = append(out, c)
+					queue = append(queue, c)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
+}
+
+// nsHolders returns the PIDs whose network namespace is ns (a
+// /proc/PID/ns/net link target such as "net:[4026532]").
+func nsHolders(ns string) []int {
+	var out []int
+	links, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil && target == ns {
+			pid, _ := strconv.Atoi(strings.Split(l, "/")[2])
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// TestLocalModeCannotReachSecrets: the command sees neither secrets_dir
+// (empty), nor the CA key the config names, nor the config file, nor the
+// run's private directory; its /proc is its own PID namespace's (the
+// helper as PID 1, no BotBox), the helper's memory and environment are
+// closed to it (ptrace and /proc/1/mem fail). Outside the namespace,
+// another process of the same user cannot read BotBox's /proc/PID/mem or
+// environ either (PR_SET_DUMPABLE 0), while it can a plain process's.
+func TestLocalModeCannotReachSecrets(t *testing.T) {
+	t.Parallel()
+	key := "sk-" + randomHex(t, 16)
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": key}, interception: true})
+	caKey := filepath.Join(filepath.Dir(l.p.botboxCA), "ca.key")
+	if err := os.Chown(caKey, l.uid, l.gid); err != nil {
+		t.Fatal(err)
+	}
+	secretFile := filepath.Join(l.p.secrets.dir, "api-key")
+	script := fmt.Sprintf(`
+for f in %q %q %q; do cat "$f" >/dev/null 2>&1 && echo "READ $f"; done
+ls -A %q | sed 's/^/SECRETS-DIR /'
+for d in "$XDG_RUNTIME_DIR"/botbox-exec-*/private; do ls -A "$d" | sed 's/^/PRIVATE /'; done
+ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\n' ' ' | sed 's/^/PIDS /'; echo
+cat /proc/1/environ >/dev/null 2>&1 && echo "READ /proc/1/environ"
+dd if=/proc/1/mem bs=1 count=1 skip=4194304 >/dev/null 2>&1 && echo "READ /proc/1/mem"
+python3 -c 'import ctypes,sys; l=ctypes.CDLL(None, use_errno=True); r=l.ptrace(16, 1, 0, 0); print("PTRACE", r, ctypes.get_errno())'
+python3 -c 'import glob; print("SEES BOTBOX" if any(b"\0exec\0-c\0" in open(f, "rb").read() for f in glob.glob("/proc/[0-9]*/cmdline")) else "")'
+echo done`, secretFile, caKey, l.p.configPath, l.p.secrets.dir)
+	r := l.mustExec(t, nil, []string{"--quiet"}, "sh", "-c", script)
+	out := r.stdout
+	for _, bad := range []string{"READ ", "SECRETS-DIR ", "PRIVATE ", "SEES BOTBOX"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the command reached what it must not (%q):\n%s", bad, out)
+		}
+	}
+	if !strings.Contains(out, "PTRACE -1 1\n") {
+		t.Errorf("ptrace(PTRACE_ATTACH, 1) did not fail with EPERM:\n%s", out)
+	}
+	if !strings.Contains(out, "PIDS 1 ") || !strings.HasSuffix(strings.TrimSpace(out), "done") {
+		t.Errorf("the command's /proc is not its PID namespace's:\n%s", out)
+	}
+	if strings.Contains(out+r.stderr, key) {
+		t.Errorf("the secret value reached the command's output")
+	}
+
+	// From outside: the same user, in the machine's namespaces.
+	pr := l.startExec(t, "botbox-exec-sleep", "sh", "-c", "echo ready; exec sleep 20")
+	pid := pr.cmd.Process.Pid
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if exe != l.p.bins.botbox {
+		t.Fatalf("PID %d is %q, want botbox", pid, exe)
+	}
+	probe := func(target int) string {
+		r := runArgv(t, l.userArgv(nil, "sh", "-c", fmt.Sprintf(
+			`cat /proc/%d/environ >/dev/null 2>&1 && echo environ; dd if=/proc/%d/mem bs=1 count=1 skip=4194304 2>&1 | grep -q 'Permission denied' || echo mem-open; stat -c %%u /proc/%d/environ`, target, target, target)))
+		return strings.TrimSpace(r.stdout)
+	}
+	if got := probe(pid); got != "0" {
+		t.Errorf("another process of the user on BotBox (PID %d): %q, want nothing readable and /proc/PID owned by root (not dumpable)", pid, got)
+	}
+	control := startProc(t, "control-sleep", l.p.dir, nil, "setpriv", "--reuid", strconv.Itoa(l.uid), "--regid", strconv.Itoa(l.gid), "--clear-groups", "sleep", "20")
+	if got := probe(control.cmd.Process.Pid); !strings.HasPrefix(got, "environ") || !strings.HasSuffix(got, strconv.Itoa(l.uid)) {
+		t.Errorf("control: a plain process of the user gives %q, want environ readable (else the check above proves nothing)", got)
+	}
+}
+
+// TestLocalModeExitStatusAndSignals: the command's exit status is botbox
+// exec's; a command killed by a signal ends botbox exec by the same
+// signal; SIGUSR1 and SIGTERM sent to botbox reach the command (its trap
+// runs); a missing command is 127.
+func TestLocalModeExitStatusAndSignals(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
+	if r := l.exec(t, nil, []string{"--quiet"}, "sh", "-c", "exit 7"); r.code != 7 {
+		t.Errorf("exit 7: botbox exec exited %d (signal %v): %s", r.code, r.signal, r.stderr)
+	}
+	if r := l.exec(t, nil, []string{"--quiet"}, "sh", "-c", "kill -TERM $$"); r.signal != syscall.SIGTERM {
+		t.Errorf("command killed by SIGTERM: botbox exec exited %d (signal %v), want SIGTERM", r.code, r.signal)
+	}
+	if r := l.exec(t, nil, []string{"--quiet"}, "no-such-command-botbox"); r.code != 127 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("missing command: exit %d stderr %q, want 127 and \"not found\"", r.code, r.stderr)
+	}
+	for _, tc := range []struct {
+		sig  syscall.Signal
+		name string
+		code int
+	}{{syscall.SIGUSR1, "USR1", 3}, {syscall.SIGTERM, "TERM", 4}} {
+		pr := l.startExec(t, "botbox-exec-trap-"+tc.name, "sh", "-c",
+			fmt.Sprintf(`trap 'echo got-%s; exit %d' %s; echo ready; while :; do sleep 0.05; done`, tc.name, tc.code, tc.name))
+		if err := pr.cmd.Process.Signal(tc.sig); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-pr.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("botbox exec did not end after %v", tc.sig)
+		}
+		out, _ := os.ReadFile(pr.stdoutPath)
+		if code := pr.cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(string(out), "got-"+tc.name) {
+			t.Errorf("%v to botbox: exit %d, output %q; want the command's trap (exit %d)\n%s", tc.sig, code, out, tc.code, pr.logs())
+		}
+	}
+	l.assertNoLeftovers(t)
+}
+
+// TestLocalModeLeavesNothing: after a SIGKILL of the command, botbox exec
+// ends (by SIGKILL, as its command did) and nothing is left: no process of
+// the run (the command's background children included), no process in its
+// network namespace, no run directory. After a SIGKILL of botbox itself,
+// the helper dies with it (PR_SET_PDEATHSIG) and so does everything in
+// the namespace; the run directory it could not remove is removed by the
+// next botbox exec.
+func TestLocalModeLeavesNothing(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
+	for _, victim := range []string{"command", "botbox"} {
+		t.Run("SIGKILL of the "+victim, func(t *testing.T) {
+			pr := l.startExec(t, "botbox-exec-kill-"+victim, "sh", "-c", "sleep 300 & sleep 300 & echo ready; wait")
+			pid := pr.cmd.Process.Pid
+			var below []int
+			if !waitFor(startupTimeout, func() bool { below = descendants(pid); return len(below) >= 4 }) {
+				t.Fatalf("want helper, sh and two sleeps below botbox, got %v", below)
+			}
+			helper, command := below[0], below[1]
+			ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", helper))
+			if err != nil {
+				t.Fatal(err)
+			}
+			target := command
+			if victim == "botbox" {
+				target = pid
+			}
+			if err := syscall.Kill(target, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-pr.done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("botbox exec did not end after SIGKILL of the %s", victim)
+			}
+			if ws, _ := pr.cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Errorf("botbox exec ended with %v, want killed by SIGKILL", pr.cmd.ProcessState)
+			}
+			if !waitFor(5*time.Second, func() bool {
+				for _, p := range below {
+					if alive(p) {
+						return false
+					}
+				}
+				return len(nsHolders(ns)) == 0
+			}) {
+				t.Errorf("left behind: processes %v still alive of %v; in %s: %v", slices.DeleteFunc(slices.Clone(below), func(p int) bool { return !alive(p) }), below, ns, nsHolders(ns))
+			}
+			if victim == "botbox" {
+				entries, _ := os.ReadDir(l.runtime)
+				if len(entries) != 1 {
+					t.Errorf("after SIGKILL of botbox: %d run directories, want its own (it cannot remove it)", len(entries))
+				}
+				l.mustExec(t, nil, []string{"--quiet"}, "true")
+			}
+			l.assertNoLeftovers(t)
+		})
+	}
 }
