@@ -669,3 +669,144 @@ func TestLocalModeLeavesNothing(t *testing.T) {
 		})
 	}
 }
+
+// tmuxPane is one tmux session on a socket of the test, driven with
+// send-keys and read with capture-pane.
+type tmuxPane struct {
+	t    *testing.T
+	sock string
+}
+
+func newTmux(t *testing.T, dir string, argv ...string) *tmuxPane {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("tmux is missing in CI (.ci/run installs it): %v", err)
+		}
+		t.Skipf("skipping: tmux: %v", err)
+	}
+	tm := &tmuxPane{t: t, sock: filepath.Join(dir, "tmux.sock")}
+	tm.run(append([]string{"new-session", "-d", "-x", "200", "-y", "50"}, argv...)...)
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", tm.sock, "kill-server").Run() })
+	return tm
+}
+
+func (tm *tmuxPane) run(args ...string) string {
+	tm.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-S", tm.sock}, args...)...).CombinedOutput()
+	if err != nil {
+		tm.t.Fatalf("tmux %v: %v: %s", args, err, out)
+	}
+	return string(out)
+}
+
+// send types keys (tmux key names such as Enter or C-z as separate keys).
+func (tm *tmuxPane) send(keys ...string) {
+	tm.t.Helper()
+	tm.run(append([]string{"send-keys"}, keys...)...)
+}
+
+// line types a line of text and Enter.
+func (tm *tmuxPane) line(text string) {
+	tm.t.Helper()
+	tm.run("send-keys", "-l", text)
+	tm.send("Enter")
+}
+
+// screen is the pane's visible content and its history.
+func (tm *tmuxPane) screen() string { tm.t.Helper(); return tm.run("capture-pane", "-p", "-S", "-200") }
+
+// waitCount waits until text appears at least n times on the screen.
+func (tm *tmuxPane) waitCount(text string, n int) {
+	tm.t.Helper()
+	if !waitFor(commandTimeout, func() bool { return strings.Count(tm.screen(), text) >= n }) {
+		tm.t.Fatalf("the terminal never showed %q %d times:\n%s", text, n, tm.screen())
+	}
+}
+
+// waitState waits until the process whose /proc/PID/cmdline is cmdline
+// (NUL-separated) is in state (S sleeping, T stopped), as seen from the
+// host: the job control the terminal shows only afterwards.
+func waitState(t *testing.T, cmdline, state string) {
+	t.Helper()
+	var last string
+	if !waitFor(commandTimeout, func() bool {
+		files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && string(b) == cmdline {
+				st, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "stat"))
+				_, rest, _ := strings.Cut(string(st), ") ")
+				last = rest[:1]
+				return last == state
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("process %q never in state %s (last %q)", cmdline, state, last)
+	}
+}
+
+// shellQuote quotes argv for a POSIX shell.
+func shellQuote(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(q, " ")
+}
+
+// TestLocalModeTerminal: under a real pseudo-terminal (tmux), an
+// interactive shell run by botbox exec owns the terminal: tty names it,
+// its own job control works (Ctrl-Z stops its job, fg resumes it, Ctrl-C
+// interrupts it and neither the shell nor BotBox), and its exit status is
+// the outer shell's $?. The outer shell's job control works on botbox exec
+// as a whole: Ctrl-Z stops it (the command with it), fg resumes both, and
+// Ctrl-C ends the command, whose death by SIGINT botbox exec repeats
+// ($? = 130).
+func TestLocalModeTerminal(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
+	tm := newTmux(t, l.p.dir, "ip netns exec "+l.p.podNS+" env -i PATH="+appPATH+" bash --norc --noprofile -i")
+	tm.line(`PS1='outer$ '`)
+	tm.waitCount("outer$ ", 1)
+	tm.line(shellQuote(l.argv(nil, []string{"--quiet"}, "bash", "--norc", "--noprofile", "-i")))
+	tm.line(`PS1='inner$ '`)
+	tm.waitCount("inner$ ", 1)
+	tm.line(`tty; echo "answer $((6*7))"`)
+	tm.waitCount("answer 42", 1)
+	if !strings.Contains(tm.screen(), "/dev/pts/") {
+		t.Fatalf("tty inside botbox exec does not name the pseudo-terminal:\n%s", tm.screen())
+	}
+	tm.line("sleep 102")
+	waitState(t, "sleep\x00102\x00", "S")
+	tm.send("C-z")
+	tm.waitCount("Stopped", 1)
+	waitState(t, "sleep\x00102\x00", "T")
+	tm.line("fg")
+	waitState(t, "sleep\x00102\x00", "S")
+	tm.send("C-c")
+	tm.line(`echo "still $((1+1)) here"`)
+	tm.waitCount("still 2 here", 1)
+	// The outer shell reads what follows "exit 5" once the inner one has
+	// ended (a long command line scrolls the prompt out of sight, so the
+	// answer is what is waited for).
+	tm.line("exit 5")
+	tm.line(`echo "rc=$?"`)
+	tm.waitCount("rc=5", 1)
+
+	tm.line(shellQuote(l.argv(nil, []string{"--quiet"}, "sh", "-c", "echo started-$((2*3)); sleep 101; echo after-$((3*3))")))
+	tm.waitCount("started-6", 1)
+	waitState(t, "sleep\x00101\x00", "S")
+	tm.send("C-z")
+	tm.waitCount("Stopped", 2)
+	waitState(t, "sleep\x00101\x00", "T")
+	tm.line("fg")
+	waitState(t, "sleep\x00101\x00", "S")
+	tm.send("C-c")
+	tm.line(`echo "rc=$?"`)
+	tm.waitCount("rc=130", 1)
+	if strings.Contains(tm.screen(), "after-9") {
+		t.Errorf("Ctrl-C did not reach the command:\n%s", tm.screen())
+	}
+	l.assertNoLeftovers(t)
+}
