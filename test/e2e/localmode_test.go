@@ -810,3 +810,86 @@ func TestLocalModeTerminal(t *testing.T) {
 	}
 	l.assertNoLeftovers(t)
 }
+
+// TestLocalModeSummaryReportAndLog: at exit botbox exec prints, on
+// stderr, the requests allowed and denied per host and the first denial's
+// reason (--quiet: nothing). --log keeps the decision lines in a file the
+// command can neither read nor write (it could forge lines for suggest);
+// --report forwards the denied request without credentials, and `botbox
+// suggest --log FILE` turns the run into a policy naming the host.
+func TestLocalModeSummaryReportAndLog(t *testing.T) {
+	t.Parallel()
+	key := "sk-" + randomHex(t, 16)
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": key}})
+	curl := func(paths ...string) []string {
+		script := ""
+		for _, p := range paths {
+			script += "curl -sS -o /dev/null --max-time 10 http://" + p + "; "
+		}
+		return []string{"sh", "-c", script}
+	}
+	r := l.mustExec(t, nil, nil, curl(hostAPI+"/s/1", hostAPI+"/s/2", hostOther+"/s/3", hostBlocked+"/s/4")...)
+	for _, want := range []string{
+		"botbox exec: 2 requests allowed, 2 denied",
+		hostAPI, hostOther, hostBlocked,
+		"first denial: " + hostOther + ": deny",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("summary lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if q := l.mustExec(t, nil, []string{"--quiet"}, curl(hostOther+"/s/5")...); strings.Contains(q.stderr, "botbox exec") {
+		t.Errorf("--quiet printed:\n%s", q.stderr)
+	}
+
+	log := filepath.Join(l.home, "decisions.log")
+	mark := l.p.mark(t)
+	r = l.mustExec(t, nil, []string{"--report", "--log", log},
+		"sh", "-c", curl(hostOther + "/report/1")[2]+"cat "+log+" >/dev/null 2>&1 && echo READ-LOG; echo forged >>"+log+" 2>/dev/null && echo WROTE-LOG; true")
+	if strings.Contains(r.stdout, "READ-LOG") || strings.Contains(r.stdout, "WROTE-LOG") {
+		t.Errorf("the command reached the log file: %s", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "report mode") {
+		t.Errorf("summary does not say report mode:\n%s", r.stderr)
+	}
+	ev := l.p.httpEvent(t, mark, "/report/1")
+	if ev.Host != hostOther || len(ev.Header["Authorization"]) != 0 {
+		t.Errorf("report mode: origin saw host %q Authorization %q, want %s forwarded without credentials", ev.Host, ev.Header["Authorization"], hostOther)
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), "forged") || !strings.Contains(string(data), `"decision":"report_deny"`) {
+		t.Errorf("log file: want BotBox's report_deny line and nothing forged:\n%s", tail(string(data), 10))
+	}
+	if strings.Contains(string(data), key) {
+		t.Errorf("the log file holds the secret value")
+	}
+	out, err := exec.Command(l.p.bins.botbox, "suggest", "--log", log).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `host: "`+hostOther+`"`) {
+		t.Errorf("botbox suggest --log: %v\n%s", err, out)
+	}
+	l.assertNoLeftovers(t)
+}
+
+// TestLocalModeRefusedUserNamespaces: where the kernel refuses user
+// namespaces to the user (here user.max_user_namespaces=0, set in a user
+// namespace of the test's own, which no other process shares), botbox
+// exec fails before running anything, naming the setting and both ways
+// out.
+func TestLocalModeRefusedUserNamespaces(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
+	botbox := shellQuote(l.argv(nil, nil, "sh", "-c", "echo RAN")[len(l.userArgv(nil)):])
+	r := runArgv(t, l.userArgv(nil, "unshare", "-U", "--map-root-user", "sh", "-c",
+		"echo 0 >/proc/sys/user/max_user_namespaces && exec "+botbox))
+	if r.code != 1 || strings.Contains(r.stdout, "RAN") {
+		t.Fatalf("exit %d stdout %q, want 1 and the command never run\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"user.max_user_namespaces = 0", "sysctl -w user.max_user_namespaces=", "run botbox exec as root"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("error lacks %q:\n%s", want, r.stderr)
+		}
+	}
+}
