@@ -101,6 +101,9 @@ func HelperMain() int {
 	if err := dropPrivileges(); err != nil {
 		return fail(1, "dropping privileges: %v", err)
 	}
+	if err := installTerminalFilter(); err != nil {
+		return fail(1, "%v", err)
+	}
 	attr := &syscall.ProcAttr{
 		Dir:   s.Dir,
 		Env:   start.Env,

@@ -787,6 +787,10 @@ func TestLocalModeTerminal(t *testing.T) {
 	tm.send("C-c")
 	tm.line(`echo "still $((1+1)) here"`)
 	tm.waitCount("still 2 here", 1)
+	// TIOCSTI would push keystrokes the user's shell runs after botbox
+	// exec ends (outside the namespaces): refused by the terminal filter.
+	tm.line(`python3 -c 'import fcntl, termios` + "\n" + `try:` + "\n" + ` [fcntl.ioctl(0, termios.TIOCSTI, bytes([c])) for c in b"echo INJECTED-$((4*4))\n"]` + "\n" + `except OSError as e: print("tiocsti-errno", e.errno)'`)
+	tm.waitCount("tiocsti-errno 1", 1)
 	// The outer shell reads what follows "exit 5" once the inner one has
 	// ended (a long command line scrolls the prompt out of sight, so the
 	// answer is what is waited for).
@@ -805,6 +809,9 @@ func TestLocalModeTerminal(t *testing.T) {
 	tm.send("C-c")
 	tm.line(`echo "rc=$?"`)
 	tm.waitCount("rc=130", 1)
+	if strings.Contains(tm.screen(), "INJECTED-16") {
+		t.Errorf("keystrokes pushed with TIOCSTI were run:\n%s", tm.screen())
+	}
 	if strings.Contains(tm.screen(), "after-9") {
 		t.Errorf("Ctrl-C did not reach the command:\n%s", tm.screen())
 	}
