@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -898,5 +899,57 @@ func TestLocalModeRefusedUserNamespaces(t *testing.T) {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("error lacks %q:\n%s", want, r.stderr)
 		}
+	}
+}
+
+// TestLocalModeGit: real git, as the local user through botbox exec,
+// clones over https:// (intercepted, trusted through GIT_SSL_CAINFO) from
+// an origin that answers 401 unless the real token comes as Basic
+// credentials, commits and pushes; the token is injected on every request
+// and git holds none. A host without a rule gets 403.
+func TestLocalModeGit(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/usr/bin/git"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("git is missing in CI: %v", err)
+		}
+		t.Skipf("skipping: /usr/bin/git: %v", err)
+	}
+	token := "ghp_" + randomHex(t, 18)
+	wantAuth := "Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:"+token))
+	var bare string
+	l := newLocal(t, podConfig{
+		rules:       rulesGit,
+		secrets:     map[string]string{"git-token": token},
+		originNames: []string{hostGit},
+		extraHosts:  func(p *pod) string { return p.netIP4.String() + " " + hostGit + "\n" },
+		originArgs:  gitOrigin(&bare, wantAuth),
+	})
+	env := []string{"GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_ASKPASS=/bin/false",
+		"GIT_AUTHOR_NAME=agent", "GIT_AUTHOR_EMAIL=agent@example.test", "GIT_COMMITTER_NAME=agent", "GIT_COMMITTER_EMAIL=agent@example.test"}
+	work := filepath.Join(l.home, "clone")
+	mark := l.p.mark(t)
+	l.mustExec(t, env, []string{"--quiet"}, "sh", "-c", fmt.Sprintf(
+		"git clone -q https://%s/git/repo.git %s && cd %s && test \"$(cat README)\" = seed && git commit -q --allow-empty -m 'local mode commit' && git push -q origin HEAD:refs/heads/main",
+		hostGit, work, work))
+	if log := hostGitCmd(t, bare, "log", "--format=%s", "main"); !strings.Contains(log, "local mode commit") {
+		t.Errorf("the origin's repository lacks the pushed commit:\n%s", log)
+	}
+	n := 0
+	for _, ev := range l.p.events(t, mark) {
+		if ev.Kind != wire.KindHTTP {
+			continue
+		}
+		n++
+		if got := ev.Header["Authorization"]; !ev.TLS || len(got) != 1 || got[0] != wantAuth {
+			t.Errorf("origin got %s tls=%v Authorization %q, want TLS and the real credential", ev.Path, ev.TLS, got)
+		}
+	}
+	if n == 0 {
+		t.Error("the origin saw no git request")
+	}
+	r := l.exec(t, env, []string{"--quiet"}, "git", "ls-remote", "https://"+hostOther+"/git/repo.git")
+	if r.code == 0 || !strings.Contains(r.stderr, "403") {
+		t.Errorf("git ls-remote of a host without a rule: exit %d, want a 403 failure:\n%s", r.code, r.stderr)
 	}
 }
