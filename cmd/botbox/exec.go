@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/botbox/botbox/internal/localmode"
 )
@@ -40,7 +37,7 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	st := localmode.Run(context.WithoutCancel(ctx), localmode.Options{
 		ConfigPath: *path, LogPath: *logPath, Report: *report, Quiet: *quiet, TCPPorts: ports,
 		Argv: fs.Args(), Environ: os.Environ(), Getenv: getenv,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Messages: stderr,
 	})
 	if st.Signal != 0 {
 		localmode.Raise(st.Signal)
@@ -48,36 +45,17 @@ func runExec(ctx context.Context, args []string, getenv func(string) string, std
 	return st.Code
 }
 
-// tcpPorts is --tcp-ports: a comma-separated list of ports 1-65535, each
-// once; 80 is redirected already and 443 and 53 go elsewhere.
+// tcpPorts is --tcp-ports (localmode.ParseTCPPorts); it may be given more
+// than once.
 type tcpPorts []uint16
 
-func (p *tcpPorts) String() string {
-	var s []string
-	for _, v := range *p {
-		s = append(s, strconv.Itoa(int(v)))
-	}
-	return strings.Join(s, ",")
-}
+func (p *tcpPorts) String() string { return localmode.FormatTCPPorts(*p) }
 
 func (p *tcpPorts) Set(v string) error {
-	for _, f := range strings.Split(v, ",") {
-		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
-		if err != nil || n == 0 {
-			return fmt.Errorf("%q is not a port (1-65535)", f)
-		}
-		switch n {
-		case 80:
-			return fmt.Errorf("port 80 is redirected to the plain listener already")
-		case 443, 53:
-			return fmt.Errorf("port %d is redirected already (443: interception, 53: the DNS guard)", n)
-		}
-		for _, have := range *p {
-			if have == uint16(n) {
-				return fmt.Errorf("port %d given twice", n)
-			}
-		}
-		*p = append(*p, uint16(n))
+	ports, err := localmode.ParseTCPPorts(v, *p)
+	if err != nil {
+		return err
 	}
+	*p = ports
 	return nil
 }

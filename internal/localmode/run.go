@@ -20,6 +20,7 @@ import (
 
 	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/mitm"
+	"github.com/botbox/botbox/internal/placeholder"
 	"github.com/botbox/botbox/internal/secretref"
 	"github.com/botbox/botbox/internal/server"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -68,9 +69,13 @@ type Options struct {
 	// Environ is the caller's environment, the base of the command's.
 	Environ []string
 	Getenv  func(string) string
-	Stdin   *os.File
-	Stdout  *os.File
-	Stderr  *os.File
+	// Stdin, Stdout and Stderr are the command's.
+	Stdin  *os.File
+	Stdout *os.File
+	Stderr *os.File
+	// Messages receives botbox exec's own errors and the summary (nil:
+	// Stderr).
+	Messages io.Writer
 }
 
 // Run confines and runs one command, and returns the exit status botbox
@@ -82,16 +87,20 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	// BotBox's memory (the secrets, the CA key) is not readable through
 	// ptrace or /proc/PID/mem by a process of the same user.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	msgs := o.Messages
+	if msgs == nil {
+		msgs = o.Stderr
+	}
 	fail := func(format string, a ...any) ExitStatus {
-		fmt.Fprintf(o.Stderr, "botbox exec: "+format+"\n", a...)
+		fmt.Fprintf(msgs, "botbox exec: "+format+"\n", a...)
 		return ExitStatus{Code: ExitError}
 	}
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
 		if ps := config.Problems(err); len(ps) > 0 {
-			fmt.Fprintf(o.Stderr, "%s: invalid configuration:\n", o.ConfigPath)
+			fmt.Fprintf(msgs, "%s: invalid configuration:\n", o.ConfigPath)
 			for _, p := range ps {
-				fmt.Fprintf(o.Stderr, "  %v\n", p)
+				fmt.Fprintf(msgs, "  %v\n", p)
 			}
 			return ExitStatus{Code: ExitError}
 		}
@@ -164,24 +173,28 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	defer func() {
 		stopServer()
 		if err := <-srvDone; err != nil && st.Code == 0 && st.Signal == 0 {
-			fmt.Fprintf(o.Stderr, "botbox exec: %v\n", err)
+			fmt.Fprintf(msgs, "botbox exec: %v\n", err)
 		}
 		if !o.Quiet {
-			summary.Write(o.Stderr)
+			summary.Write(msgs)
 		}
 	}()
 	if _, err := srv.Addrs(); err != nil {
 		sb.Kill()
 		return fail("%v", err)
 	}
-	env := commandEnv(o.Environ, bundle, srv)
+	var placeholders []placeholder.Entry
+	if m := srv.Placeholders(); m != nil {
+		placeholders = m.Table().Entries()
+	}
+	env := commandEnv(o.Environ, bundle, placeholders)
 	// The environment travels with "start": the placeholders exist only
 	// once the server has loaded the secrets.
 	if err := sb.Begin(o.Argv, env); err != nil {
 		sb.Kill()
 		var se *StartError
 		if errors.As(err, &se) {
-			fmt.Fprintf(o.Stderr, "botbox exec: %v\n", se.Err)
+			fmt.Fprintf(msgs, "botbox exec: %v\n", se.Err)
 			return ExitStatus{Code: se.Code}
 		}
 		return fail("%v", err)
@@ -379,6 +392,12 @@ func hiddenPaths(cfg *config.Config, o Options, run *runDir) ([]string, error) {
 	if o.LogPath != "" {
 		paths = append(paths, o.LogPath)
 	}
+	return resolveHidden(paths)
+}
+
+// resolveHidden makes each path absolute and symlink-free (a path that does
+// not exist is kept as is) and drops duplicates.
+func resolveHidden(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
 		abs, err := filepath.Abs(p)
@@ -398,17 +417,15 @@ func hiddenPaths(cfg *config.Config, o Options, run *runDir) ([]string, error) {
 }
 
 // commandEnv is the caller's environment with the trust variables set to
-// bundle and, with placeholders on, each placeholder's variable.
-func commandEnv(environ []string, bundle string, srv *server.Server) []string {
+// bundle and each current placeholder's variable set to it.
+func commandEnv(environ []string, bundle string, placeholders []placeholder.Entry) []string {
 	set := map[string]string{}
 	for _, k := range TrustVariables {
 		set[k] = bundle
 	}
-	if m := srv.Placeholders(); m != nil {
-		for _, e := range m.Table().Entries() {
-			if e.Current {
-				set[secretref.EnvName(e.Ref)] = e.Placeholder
-			}
+	for _, e := range placeholders {
+		if e.Current {
+			set[secretref.EnvName(e.Ref)] = e.Placeholder
 		}
 	}
 	out := make([]string, 0, len(environ)+len(set))
