@@ -72,8 +72,12 @@ type reply struct {
 }
 
 // channel is one end of the SOCK_SEQPACKET pair: one JSON value per
-// message, with at most one file descriptor attached.
-type channel struct{ c *net.UnixConn }
+// message, with at most one file descriptor attached. recv is called by
+// one goroutine at a time (its buffer is reused).
+type channel struct {
+	c   *net.UnixConn
+	buf []byte
+}
 
 func newChannel(f *os.File) (*channel, error) {
 	defer f.Close()
@@ -105,7 +109,10 @@ func (ch *channel) send(v any, fd int) error {
 // recv reads one message into v and returns the descriptor attached to it
 // (-1: none). Any descriptor beyond the first is closed.
 func (ch *channel) recv(v any) (*os.File, error) {
-	buf := make([]byte, maxMessage)
+	if ch.buf == nil {
+		ch.buf = make([]byte, maxMessage)
+	}
+	buf := ch.buf
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, flags, _, err := ch.c.ReadMsgUnix(buf, oob)
 	if err != nil {

@@ -95,6 +95,19 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 		fmt.Fprintf(msgs, "botbox exec: "+format+"\n", a...)
 		return ExitStatus{Code: ExitError}
 	}
+	// The helper starts (a Go binary's start-up) while the configuration,
+	// the CA and the secrets load; it waits for Prepare.
+	sb, err := Spawn(o.Stdin, o.Stdout, o.Stderr)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer sb.Close()
+	started := false
+	defer func() {
+		if !started {
+			sb.Kill()
+		}
+	}()
 	cfg, err := config.Load(o.ConfigPath)
 	if err != nil {
 		if ps := config.Problems(err); len(ps) > 0 {
@@ -151,11 +164,9 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	if spec.Dir, err = os.Getwd(); err != nil {
 		return fail("%v", err)
 	}
-	sb, err := Start(spec)
-	if err != nil {
+	if err := sb.Prepare(spec); err != nil {
 		return fail("%v", err)
 	}
-	defer sb.Close()
 	srv, err := server.New(cfg, server.Options{
 		Logger:       logger,
 		Listen:       sb.Listen,
@@ -164,7 +175,6 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 		LogLevel:     level,
 	})
 	if err != nil {
-		sb.Kill()
 		return fail("%v", err)
 	}
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
@@ -180,7 +190,6 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 		}
 	}()
 	if _, err := srv.Addrs(); err != nil {
-		sb.Kill()
 		return fail("%v", err)
 	}
 	var placeholders []placeholder.Entry
@@ -191,7 +200,6 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	// The environment travels with "start": the placeholders exist only
 	// once the server has loaded the secrets.
 	if err := sb.Begin(o.Argv, env); err != nil {
-		sb.Kill()
 		var se *StartError
 		if errors.As(err, &se) {
 			fmt.Fprintf(msgs, "botbox exec: %v\n", se.Err)
@@ -199,6 +207,7 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 		}
 		return fail("%v", err)
 	}
+	started = true
 	return supervise(sb, tty)
 }
 

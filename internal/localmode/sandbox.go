@@ -33,17 +33,21 @@ type Spec struct {
 	TTY int
 }
 
-// Sandbox is a started helper: the namespaces exist, the rules are in,
-// the secrets are covered; Listen and ListenPacket create sockets in the
-// namespace until Begin starts the command.
+// Sandbox is a started helper: the namespaces exist; once Prepare's setup
+// is done the rules are in and the secrets covered, and Listen and
+// ListenPacket create sockets in the namespace until Begin starts the
+// command.
 type Sandbox struct {
-	cmd     *exec.Cmd
-	ch      *channel
-	mu      sync.Mutex // one request at a time before Begin
-	replies chan reply // after Begin: the helper's "stopped" and "exit"
-	done    chan struct{}
-	procErr error
-	tty     int
+	cmd *exec.Cmd
+	ch  *channel
+	mu  sync.Mutex // one request at a time before Begin
+	// readyDone and readyErr: the helper's answer to Prepare (mu).
+	readyDone bool
+	readyErr  error
+	replies   chan reply // after Begin: the helper's "stopped" and "exit"
+	done      chan struct{}
+	procErr   error
+	tty       int
 }
 
 // ExitStatus is how the command ended: Code, or Signal when a signal
@@ -64,10 +68,27 @@ type StartError struct {
 func (e *StartError) Error() string { return e.Err.Error() }
 func (e *StartError) Unwrap() error { return e.Err }
 
-// Start creates the namespaces and the helper in them, and waits until the
-// helper has prepared the network and the mounts. It leaves the calling
-// process not dumpable (PR_SET_DUMPABLE 0).
+// Start is Spawn and Prepare: the namespaces exist and the helper is
+// preparing them when it returns (Listen, ListenPacket and Begin wait for
+// the end of that).
 func Start(spec Spec) (*Sandbox, error) {
+	sb, err := Spawn(spec.Stdin, spec.Stdout, spec.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.Prepare(spec); err != nil {
+		sb.Kill()
+		return nil, err
+	}
+	return sb, nil
+}
+
+// Spawn creates the namespaces and starts the helper in them with the
+// command's stdio; the helper then waits for Prepare. Spawning first lets
+// the helper start (a Go binary's start-up) while the caller loads its
+// configuration. It leaves the calling process not dumpable
+// (PR_SET_DUMPABLE 0).
+func Spawn(stdin, stdout, stderr *os.File) (*Sandbox, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("finding the botbox binary to run the namespace helper: %w", err)
@@ -82,9 +103,9 @@ func Start(spec Spec) (*Sandbox, error) {
 		Path:       self,
 		Args:       []string{"botbox", HelperCommand},
 		Env:        []string{},
-		Stdin:      spec.Stdin,
-		Stdout:     spec.Stdout,
-		Stderr:     spec.Stderr,
+		Stdin:      stdin,
+		Stdout:     stdout,
+		Stderr:     stderr,
 		ExtraFiles: []*os.File{child},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWPID | unix.CLONE_NEWIPC,
@@ -105,7 +126,7 @@ func Start(spec Spec) (*Sandbox, error) {
 	}
 	// The parent writes the child's uid_map and gid_map, which /proc makes
 	// root's while the child, like its parent, is not dumpable; the flag is
-	// back before any secret is loaded (Run loads them after Start).
+	// back before any secret is loaded (Run loads them after Spawn).
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0)
 	err = cmd.Start()
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -119,32 +140,48 @@ func Start(spec Spec) (*Sandbox, error) {
 		_ = cmd.Wait()
 		return nil, err
 	}
-	sb := &Sandbox{cmd: cmd, ch: ch, replies: make(chan reply, 8), done: make(chan struct{}), tty: spec.TTY}
+	sb := &Sandbox{cmd: cmd, ch: ch, replies: make(chan reply, 8), done: make(chan struct{})}
 	go func() { sb.procErr = cmd.Wait(); close(sb.done) }()
+	return sb, nil
+}
+
+// Prepare sends the helper what to prepare: the rules, the routes, the
+// covers, /proc. It does not wait; the first Listen, ListenPacket or Begin
+// does, and fails with the helper's error.
+func (sb *Sandbox) Prepare(spec Spec) error {
+	sb.tty = spec.TTY
 	s := setup{Dir: spec.Dir, Hide: spec.Hide, DNSPort: spec.DNSPort, TTY: spec.TTY}
 	for from, to := range spec.Redirects {
 		s.Redirects = append(s.Redirects, redirect{From: from, To: to})
 	}
-	if err := ch.send(s, -1); err != nil {
-		sb.Kill()
-		return nil, fmt.Errorf("sending the setup to the namespace helper: %w", err)
+	if err := sb.ch.send(s, -1); err != nil {
+		return fmt.Errorf("sending the setup to the namespace helper: %w", err)
 	}
+	return nil
+}
+
+// awaitReady waits, once, for the helper's "ready"; sb.mu is held.
+func (sb *Sandbox) awaitReady() error {
+	if sb.readyDone {
+		return sb.readyErr
+	}
+	sb.readyDone = true
 	var r reply
-	if _, err := ch.recv(&r); err != nil {
-		sb.Kill()
-		return nil, diagnoseUserNS(fmt.Errorf("the namespace helper ended during setup: %w", err))
+	if _, err := sb.ch.recv(&r); err != nil {
+		sb.readyErr = diagnoseUserNS(fmt.Errorf("the namespace helper ended during setup: %w", err))
+	} else if r.Kind != "ready" {
+		sb.readyErr = diagnoseUserNS(fmt.Errorf("preparing the command's namespaces: %s", r.Error))
 	}
-	if r.Kind != "ready" {
-		sb.Kill()
-		return nil, diagnoseUserNS(fmt.Errorf("preparing the command's namespaces: %s", r.Error))
-	}
-	return sb, nil
+	return sb.readyErr
 }
 
 // socket asks the helper for one socket.
 func (sb *Sandbox) socket(network, addr string) (*os.File, error) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	if err := sb.awaitReady(); err != nil {
+		return nil, err
+	}
 	if err := sb.ch.send(request{Op: "listen", Network: network, Addr: addr}, -1); err != nil {
 		return nil, fmt.Errorf("asking the namespace helper for %s %s: %w", network, addr, err)
 	}
@@ -189,6 +226,9 @@ func (sb *Sandbox) ListenPacket(network, addr string) (net.PacketConn, error) {
 func (sb *Sandbox) Begin(argv, env []string) error {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
+	if err := sb.awaitReady(); err != nil {
+		return err
+	}
 	if err := sb.ch.send(request{Op: "start", Argv: argv, Env: env}, -1); err != nil {
 		return fmt.Errorf("starting the command: %w", err)
 	}
