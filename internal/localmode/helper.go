@@ -56,7 +56,16 @@ func HelperMain() int {
 	if err := prepareMounts(s.Hide); err != nil {
 		return fail(1, "%v", err)
 	}
-	if err := ch.send(reply{Kind: "ready"}, -1); err != nil {
+	var fds []int
+	for _, sp := range s.Listen {
+		f, err := listenFile(sp.Network, sp.Addr)
+		if err != nil {
+			return fail(1, "listen %s %s in the command's network namespace: %v", sp.Network, sp.Addr, err)
+		}
+		defer f.Close()
+		fds = append(fds, int(f.Fd()))
+	}
+	if err := ch.sendFDs(reply{Kind: "ready"}, fds); err != nil {
 		return 1
 	}
 	var start request

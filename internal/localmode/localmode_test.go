@@ -8,11 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,7 +22,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/placeholder"
+	"github.com/botbox/botbox/internal/server"
 	"github.com/botbox/botbox/internal/telemetry"
 )
 
@@ -402,4 +406,97 @@ printf hello >&3; exit 3`
 	case <-time.After(5 * time.Second):
 		t.Error("the redirected connection never reached the listener")
 	}
+}
+
+// TestReadmeAgentConfig: the coding-agent config of the README's "Local
+// mode" section is valid.
+func TestReadmeAgentConfig(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "## Local mode")
+	_, block, ok2 := strings.Cut(section, "```yaml\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("README.md has no yaml block under \"## Local mode\"")
+	}
+	if _, err := config.Parse([]byte(block)); err != nil {
+		t.Errorf("the README's local mode config is invalid:\n%v", err)
+	}
+}
+
+// TestServerSocketsMatchTheServer: the sockets made during the setup are
+// exactly those server.Run binds (else every bind would cost a round trip
+// to the helper, or a socket would stay unused), for the default addresses
+// and for explicit ones.
+func TestServerSocketsMatchTheServer(t *testing.T) {
+	t.Parallel()
+	for _, extra := range []string{"", "listen_addr: 127.0.0.2\nmetrics_listen_addr: 0.0.0.0\n", "metrics_listen_addr: 10.1.2.3\n"} {
+		dir := t.TempDir()
+		cfg, err := config.Parse([]byte(extra + "secrets_dir: " + dir + "\negress_policy:\n  rules: []\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := prepareConfig(cfg, Options{}, &runDir{private: t.TempDir(), public: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+		var got []SocketSpec
+		var mu sync.Mutex
+		record := func(network, addr string) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, SocketSpec{network, addr})
+		}
+		srv, err := server.New(cfg, server.Options{
+			Logger: slog.New(slog.DiscardHandler),
+			// Real sockets on ephemeral ports that report the address
+			// asked for (the server derives the [::1] port from it).
+			Listen: func(network, addr string) (net.Listener, error) {
+				record(network, addr)
+				ln, err := net.Listen(network, "127.0.0.1:0")
+				if err != nil {
+					return nil, err
+				}
+				return namedListener{ln, net.TCPAddrFromAddrPort(netip.MustParseAddrPort(addr))}, nil
+			},
+			ListenPacket: func(network, addr string) (net.PacketConn, error) {
+				record(network, addr)
+				return net.ListenPacket(network, "127.0.0.1:0")
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx) }()
+		if _, err := srv.Addrs(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		<-done
+		want := serverSockets(cfg)
+		key := func(s SocketSpec) string { return s.Network + " " + s.Addr }
+		if !slices.Equal(slices.Sorted(slices.Values(mapKeys(got, key))), slices.Sorted(slices.Values(mapKeys(want, key)))) {
+			t.Errorf("config %q: server bound %v, serverSockets %v", extra, got, want)
+		}
+	}
+}
+
+// namedListener reports addr as its address.
+type namedListener struct {
+	net.Listener
+	addr *net.TCPAddr
+}
+
+func (l namedListener) Addr() net.Addr { return l.addr }
+
+func mapKeys(ss []SocketSpec, key func(SocketSpec) string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = key(s)
+	}
+	return out
 }

@@ -33,9 +33,19 @@ type setup struct {
 	Redirects []redirect `json:"redirects"`
 	// DNSPort is the DNS guard's port (UDP and TCP 53 are redirected to it).
 	DNSPort uint16 `json:"dns_port"`
+	// Listen are the sockets made during setup and passed with "ready",
+	// in this order: the listeners the server will bind, in one message
+	// instead of one round trip each.
+	Listen []socketSpec `json:"listen,omitempty"`
 	// TTY is the descriptor (0-2) of the terminal whose foreground process
 	// group the command's becomes, -1 for none.
 	TTY int `json:"tty"`
+}
+
+// socketSpec is one socket: network "tcp" or "udp" and its address.
+type socketSpec struct {
+	Network string `json:"network"`
+	Addr    string `json:"addr"`
 }
 
 type redirect struct {
@@ -93,27 +103,54 @@ func newChannel(f *os.File) (*channel, error) {
 	return &channel{c: uc}, nil
 }
 
+// maxFDs bounds the descriptors one message carries (the ready reply
+// carries every pre-made listener: a dozen at most).
+const maxFDs = 32
+
 func (ch *channel) send(v any, fd int) error {
+	if fd < 0 {
+		return ch.sendFDs(v, nil)
+	}
+	return ch.sendFDs(v, []int{fd})
+}
+
+func (ch *channel) sendFDs(v any, fds []int) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
+	if len(fds) > maxFDs {
+		return fmt.Errorf("socket pair: %d descriptors in one message, at most %d", len(fds), maxFDs)
+	}
 	var oob []byte
-	if fd >= 0 {
-		oob = unix.UnixRights(fd)
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
 	}
 	_, _, err = ch.c.WriteMsgUnix(b, oob, nil)
 	return err
 }
 
 // recv reads one message into v and returns the descriptor attached to it
-// (-1: none). Any descriptor beyond the first is closed.
+// (nil: none). Any descriptor beyond the first is closed.
 func (ch *channel) recv(v any) (*os.File, error) {
+	files, err := ch.recvFDs(v)
+	if err != nil || len(files) == 0 {
+		return nil, err
+	}
+	for _, f := range files[1:] {
+		_ = f.Close()
+	}
+	return files[0], nil
+}
+
+// recvFDs reads one message into v and returns the descriptors attached to
+// it, in order.
+func (ch *channel) recvFDs(v any) ([]*os.File, error) {
 	if ch.buf == nil {
 		ch.buf = make([]byte, maxMessage)
 	}
 	buf := ch.buf
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	oob := make([]byte, unix.CmsgSpace(maxFDs*4))
 	n, oobn, flags, _, err := ch.c.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return nil, err
@@ -121,7 +158,12 @@ func (ch *channel) recv(v any) (*os.File, error) {
 	if n == 0 && oobn == 0 {
 		return nil, errEOF
 	}
-	var file *os.File
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}
 	if oobn > 0 {
 		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 		if err != nil {
@@ -133,27 +175,19 @@ func (ch *channel) recv(v any) (*os.File, error) {
 				continue
 			}
 			for _, fd := range fds {
-				if file == nil {
-					file = os.NewFile(uintptr(fd), "received")
-					continue
-				}
-				_ = unix.Close(fd)
+				files = append(files, os.NewFile(uintptr(fd), "received"))
 			}
 		}
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		if file != nil {
-			_ = file.Close()
-		}
+		closeAll()
 		return nil, errors.New("socket pair: message truncated")
 	}
 	if err := json.Unmarshal(buf[:n], v); err != nil {
-		if file != nil {
-			_ = file.Close()
-		}
+		closeAll()
 		return nil, fmt.Errorf("socket pair: %w", err)
 	}
-	return file, nil
+	return files, nil
 }
 
 var errEOF = errors.New("socket pair closed")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -161,6 +162,7 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	for _, p := range o.TCPPorts {
 		spec.Redirects[p] = cfg.ListenPort
 	}
+	spec.Listen = serverSockets(cfg)
 	if spec.Dir, err = os.Getwd(); err != nil {
 		return fail("%v", err)
 	}
@@ -264,6 +266,43 @@ func Raise(sig syscall.Signal) {
 	_ = unix.Kill(os.Getpid(), sig)
 	time.Sleep(100 * time.Millisecond)
 	os.Exit(128 + int(sig))
+}
+
+// serverSockets are the sockets server.Run binds for cfg, as it spells
+// them (its bindAll, bindMetrics and bindDNS): each listener address,
+// and [::1] beside a default 127.0.0.1, for the proxy, the interception
+// listener and the DNS guard (UDP and TCP); the metrics address and
+// 127.0.0.1 beside it. A socket the server does not ask for is closed at
+// Begin; one it asks for that is not here is made on request.
+func serverSockets(cfg *config.Config) []SocketSpec {
+	v4, v6 := netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()
+	addrs := func(a netip.Addr, explicit bool) []netip.Addr {
+		if !explicit && a == v4 {
+			return []netip.Addr{a, v6}
+		}
+		return []netip.Addr{a}
+	}
+	var out []SocketSpec
+	add := func(network string, as []netip.Addr, port uint16) {
+		for _, a := range as {
+			out = append(out, SocketSpec{network, netip.AddrPortFrom(a, port).String()})
+		}
+	}
+	metrics := cfg.MetricsListenAddr
+	if !metrics.IsValid() {
+		metrics = v4
+	}
+	add("tcp", []netip.Addr{metrics}, cfg.MetricsPort)
+	if metrics != v4 && !metrics.IsUnspecified() {
+		add("tcp", []netip.Addr{v4}, cfg.MetricsPort)
+	}
+	add("tcp", addrs(cfg.ListenAddr, cfg.ListenAddrExplicit), cfg.ListenPort)
+	add("tcp", addrs(cfg.Interception.ListenAddr, cfg.Interception.ListenAddrExplicit), cfg.Interception.ListenPort)
+	for _, a := range addrs(cfg.ListenAddr, cfg.ListenAddrExplicit) {
+		add("udp", []netip.Addr{a}, cfg.DNSGuard.ListenPort)
+		add("tcp", []netip.Addr{a}, cfg.DNSGuard.ListenPort)
+	}
+	return out
 }
 
 // runDir is this run's directory: public (the trust bundle, visible to

@@ -25,6 +25,10 @@ type Spec struct {
 	// DNSPort is the DNS guard's port: UDP and TCP 53 to any address go to
 	// it (0: DNS is dropped like any other port).
 	DNSPort uint16
+	// Listen are sockets ("tcp" or "udp", and an address) made during the
+	// setup, handed over together; Listen and ListenPacket serve them
+	// first, and ask the helper for any other.
+	Listen []SocketSpec
 	// Stdin, Stdout and Stderr are the command's (and the helper's).
 	Stdin, Stdout, Stderr *os.File
 	// TTY is which of 0, 1, 2 is the controlling terminal of which BotBox
@@ -44,10 +48,21 @@ type Sandbox struct {
 	// readyDone and readyErr: the helper's answer to Prepare (mu).
 	readyDone bool
 	readyErr  error
-	replies   chan reply // after Begin: the helper's "stopped" and "exit"
-	done      chan struct{}
-	procErr   error
-	tty       int
+	// premade are the sockets of Spec.Listen not yet taken (mu).
+	premade map[SocketSpec]*os.File
+	listen  []SocketSpec
+	replies chan reply // after Begin: the helper's "stopped" and "exit"
+	done    chan struct{}
+	procErr error
+	tty     int
+}
+
+// SocketSpec is one socket made in the command's network namespace:
+// Network "tcp" (listening) or "udp" (bound), and an address as the server
+// spells it ("127.0.0.1:8080", "[::1]:8080").
+type SocketSpec struct {
+	Network string
+	Addr    string
 }
 
 // ExitStatus is how the command ended: Code, or Signal when a signal
@@ -150,7 +165,11 @@ func Spawn(stdin, stdout, stderr *os.File) (*Sandbox, error) {
 // does, and fails with the helper's error.
 func (sb *Sandbox) Prepare(spec Spec) error {
 	sb.tty = spec.TTY
+	sb.listen = spec.Listen
 	s := setup{Dir: spec.Dir, Hide: spec.Hide, DNSPort: spec.DNSPort, TTY: spec.TTY}
+	for _, l := range spec.Listen {
+		s.Listen = append(s.Listen, socketSpec(l))
+	}
 	for from, to := range spec.Redirects {
 		s.Redirects = append(s.Redirects, redirect{From: from, To: to})
 	}
@@ -167,10 +186,23 @@ func (sb *Sandbox) awaitReady() error {
 	}
 	sb.readyDone = true
 	var r reply
-	if _, err := sb.ch.recv(&r); err != nil {
+	files, err := sb.ch.recvFDs(&r)
+	switch {
+	case err != nil:
 		sb.readyErr = diagnoseUserNS(fmt.Errorf("the namespace helper ended during setup: %w", err))
-	} else if r.Kind != "ready" {
+	case r.Kind != "ready":
 		sb.readyErr = diagnoseUserNS(fmt.Errorf("preparing the command's namespaces: %s", r.Error))
+	case len(files) != len(sb.listen):
+		sb.readyErr = fmt.Errorf("the namespace helper made %d sockets, want %d", len(files), len(sb.listen))
+	default:
+		sb.premade = map[SocketSpec]*os.File{}
+		for i, f := range files {
+			sb.premade[sb.listen[i]] = f
+		}
+		return nil
+	}
+	for _, f := range files {
+		_ = f.Close()
 	}
 	return sb.readyErr
 }
@@ -181,6 +213,10 @@ func (sb *Sandbox) socket(network, addr string) (*os.File, error) {
 	defer sb.mu.Unlock()
 	if err := sb.awaitReady(); err != nil {
 		return nil, err
+	}
+	if f, ok := sb.premade[SocketSpec{network, addr}]; ok {
+		delete(sb.premade, SocketSpec{network, addr})
+		return f, nil
 	}
 	if err := sb.ch.send(request{Op: "listen", Network: network, Addr: addr}, -1); err != nil {
 		return nil, fmt.Errorf("asking the namespace helper for %s %s: %w", network, addr, err)
@@ -228,6 +264,10 @@ func (sb *Sandbox) Begin(argv, env []string) error {
 	defer sb.mu.Unlock()
 	if err := sb.awaitReady(); err != nil {
 		return err
+	}
+	for k, f := range sb.premade {
+		_ = f.Close() // made for a bind the server did not do
+		delete(sb.premade, k)
 	}
 	if err := sb.ch.send(request{Op: "start", Argv: argv, Env: env}, -1); err != nil {
 		return fmt.Errorf("starting the command: %w", err)
