@@ -118,6 +118,7 @@ func BenchmarkStartup(b *testing.B) {
 			}
 			_ = os.Remove(filepath.Join(run.private, "ca.crt")) // made again next time, as each exec does
 			_ = os.Remove(filepath.Join(run.private, "ca.key"))
+			_ = os.Remove(filepath.Join(run.public, "ca-bundle.pem"))
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- srv.Run(ctx) }()
