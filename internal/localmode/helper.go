@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -33,6 +34,10 @@ func HelperMain() int {
 	// nor read its memory through /proc.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	unix.CloseOnExec(helperFD)
+	if err := closeInherited(); err != nil {
+		fmt.Fprintf(os.Stderr, "botbox exec helper: %v\n", err)
+		return 1
+	}
 	ch, err := newChannel(os.NewFile(helperFD, "botbox-exec-parent"))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "botbox exec helper: %v\n", err)
@@ -178,6 +183,28 @@ func HelperMain() int {
 		_ = unix.Kill(-1, unix.SIGKILL)
 		return 0
 	}
+}
+
+// closeInherited marks every descriptor above stderr close-on-exec: what
+// BotBox inherited from its own parent (a socket of a service manager, a
+// connection the shell held open) would otherwise reach the command and be
+// a way out of its network namespace. Go opens its own descriptors
+// close-on-exec; os/exec and BotBox pass on whatever came without.
+func closeInherited() error {
+	const closeRangeCloexec = 1 << 2 // CLOSE_RANGE_CLOEXEC, Linux 5.11
+	if err := unix.CloseRange(3, ^uint(0), closeRangeCloexec); err == nil {
+		return nil
+	}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("listing inherited descriptors: %w", err)
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // listenFile creates a listening TCP or bound UDP socket in this network

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
@@ -147,12 +148,19 @@ func (l *local) exec(t *testing.T, env, flags []string, cmd ...string) execResul
 // runArgv runs argv to its end (at most commandTimeout).
 func runArgv(t *testing.T, argv []string) execResult {
 	t.Helper()
+	return runArgvFiles(t, argv, nil)
+}
+
+// runArgvFiles is runArgv with more open descriptors (3, 4, ...).
+func runArgvFiles(t *testing.T, argv []string, extra []*os.File) execResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	c := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	c.Env = []string{"PATH=" + appPATH}
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+	c.ExtraFiles = extra
 	var o, e bytes.Buffer
 	c.Stdout, c.Stderr = &o, &e
 	err := c.Run()
@@ -551,6 +559,19 @@ echo done`, secretFile, caKey, l.p.configPath, l.p.secrets.dir)
 		t.Errorf("the secret value reached the command's output")
 	}
 
+	// A descriptor BotBox inherits (a service manager's socket, a
+	// connection its shell kept) does not reach the command: here a pipe
+	// the test holds open as botbox exec's descriptor 3.
+	rp, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.Close()
+	rr := runArgvFiles(t, l.argv(nil, []string{"--quiet"}, "sh", "-c", "echo leaked >&3 && echo WROTE-FD3; ls /proc/self/fd | tr '\\n' ' '"), []*os.File{pw})
+	pw.Close()
+	if leaked, _ := io.ReadAll(rp); len(leaked) > 0 || strings.Contains(rr.stdout, "WROTE-FD3") {
+		t.Errorf("the command wrote to a descriptor botbox exec inherited (%q): %s", leaked, rr.stdout)
+	}
 	// From outside: the same user, in the machine's namespaces.
 	pr := l.startExec(t, "botbox-exec-sleep", "sh", "-c", "echo ready; exec sleep 20")
 	pid := pr.cmd.Process.Pid
