@@ -561,15 +561,16 @@ echo done`, secretFile, caKey, l.p.configPath, l.p.secrets.dir)
 
 	// A descriptor BotBox inherits (a service manager's socket, a
 	// connection its shell kept) does not reach the command: here a pipe
-	// the test holds open as botbox exec's descriptor 3.
+	// the test holds open as botbox exec's descriptor 5 (3 becomes the
+	// helper's socket pair in the helper).
 	rp, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rp.Close()
-	rr := runArgvFiles(t, l.argv(nil, []string{"--quiet"}, "sh", "-c", "echo leaked >&3 && echo WROTE-FD3; ls /proc/self/fd | tr '\\n' ' '"), []*os.File{pw})
+	rr := runArgvFiles(t, l.argv(nil, []string{"--quiet"}, "sh", "-c", "echo leaked >&5 && echo WROTE-FD5; ls /proc/self/fd | tr '\\n' ' '"), []*os.File{pw, pw, pw})
 	pw.Close()
-	if leaked, _ := io.ReadAll(rp); len(leaked) > 0 || strings.Contains(rr.stdout, "WROTE-FD3") {
+	if leaked, _ := io.ReadAll(rp); len(leaked) > 0 || strings.Contains(rr.stdout, "WROTE-FD5") {
 		t.Errorf("the command wrote to a descriptor botbox exec inherited (%q): %s", leaked, rr.stdout)
 	}
 	// From outside: the same user, in the machine's namespaces.
