@@ -96,17 +96,35 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 		fmt.Fprintf(msgs, "botbox exec: "+format+"\n", a...)
 		return ExitStatus{Code: ExitError}
 	}
-	// The helper starts (a Go binary's start-up) while the configuration,
-	// the CA and the secrets load; it waits for Prepare.
-	sb, err := Spawn(o.Stdin, o.Stdout, o.Stderr)
-	if err != nil {
-		return fail("%v", err)
+	// The helper starts (the namespaces' creation, a Go binary's start-up)
+	// while the configuration loads; it waits for Prepare.
+	type spawned struct {
+		sb  *Sandbox
+		err error
 	}
-	defer sb.Close()
-	started := false
+	spawnDone := make(chan spawned, 1)
+	go func() {
+		sb, err := Spawn(o.Stdin, o.Stdout, o.Stderr)
+		spawnDone <- spawned{sb, err}
+	}()
+	var sb *Sandbox
+	joined, started := false, false
+	join := func() error {
+		joined = true
+		r := <-spawnDone
+		sb = r.sb
+		return r.err
+	}
 	defer func() {
-		if !started {
+		if !joined {
+			_ = join()
+		}
+		switch {
+		case sb == nil:
+		case !started:
 			sb.Kill()
+		default:
+			sb.Close()
 		}
 	}()
 	cfg, err := config.Load(o.ConfigPath)
@@ -143,6 +161,11 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	summary := NewSummary(telemetry.NewLogger(logFile, level).Handler())
 	logger := slog.New(summary)
 
+	// Key material (the run's CA) is made only once Spawn has made this
+	// process non-dumpable again.
+	if err := join(); err != nil {
+		return fail("%v", err)
+	}
 	bundle, err := prepareConfig(cfg, o, run)
 	if err != nil {
 		return fail("%v", err)
@@ -191,9 +214,6 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 			summary.Write(msgs)
 		}
 	}()
-	if _, err := srv.Addrs(); err != nil {
-		return fail("%v", err)
-	}
 	var placeholders []placeholder.Entry
 	if m := srv.Placeholders(); m != nil {
 		placeholders = m.Table().Entries()
@@ -201,6 +221,13 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	env := commandEnv(o.Environ, bundle, placeholders)
 	// The environment travels with "start": the placeholders exist only
 	// once the server has loaded the secrets.
+	// Signals are caught from before the command starts: one sent to BotBox
+	// once the command runs is the command's.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, append(slices.Clone(forwarded), syscall.SIGCONT)...)
+	defer signal.Stop(sigs)
+	// The command may start before the server serves: its listeners exist
+	// since the setup, and connections and datagrams wait in their queues.
 	if err := sb.Begin(o.Argv, env); err != nil {
 		var se *StartError
 		if errors.As(err, &se) {
@@ -209,16 +236,17 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 		}
 		return fail("%v", err)
 	}
+	if _, err := srv.Addrs(); err != nil {
+		return fail("%v", err) // the deferred Kill ends the command
+	}
+	sb.CloseUnused()
 	started = true
-	return supervise(sb, tty)
+	return supervise(sb, tty, sigs)
 }
 
 // supervise forwards signals and the terminal's job control until the
 // command ends, and returns its status.
-func supervise(sb *Sandbox, tty int) ExitStatus {
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, append(slices.Clone(forwarded), syscall.SIGCONT)...)
-	defer signal.Stop(sigs)
+func supervise(sb *Sandbox, tty int, sigs <-chan os.Signal) ExitStatus {
 	stopped := false
 	for {
 		select {

@@ -50,6 +50,7 @@ type Sandbox struct {
 	readyErr  error
 	// premade are the sockets of Spec.Listen not yet taken (mu).
 	premade map[SocketSpec]*os.File
+	begun   bool // Begin sent "start" (mu)
 	listen  []SocketSpec
 	replies chan reply // after Begin: the helper's "stopped" and "exit"
 	done    chan struct{}
@@ -218,6 +219,11 @@ func (sb *Sandbox) socket(network, addr string) (*os.File, error) {
 		delete(sb.premade, SocketSpec{network, addr})
 		return f, nil
 	}
+	if sb.begun {
+		// The helper serves requests only before the command starts (and
+		// the channel is the reply reader's now).
+		return nil, fmt.Errorf("listen %s %s: not made during the setup, and the command has started", network, addr)
+	}
 	if err := sb.ch.send(request{Op: "listen", Network: network, Addr: addr}, -1); err != nil {
 		return nil, fmt.Errorf("asking the namespace helper for %s %s: %w", network, addr, err)
 	}
@@ -265,10 +271,7 @@ func (sb *Sandbox) Begin(argv, env []string) error {
 	if err := sb.awaitReady(); err != nil {
 		return err
 	}
-	for k, f := range sb.premade {
-		_ = f.Close() // made for a bind the server did not do
-		delete(sb.premade, k)
-	}
+	sb.begun = true
 	if err := sb.ch.send(request{Op: "start", Argv: argv, Env: env}, -1); err != nil {
 		return fmt.Errorf("starting the command: %w", err)
 	}
@@ -298,6 +301,19 @@ func (sb *Sandbox) Begin(argv, env []string) error {
 		}
 	}()
 	return nil
+}
+
+// CloseUnused closes the sockets of Spec.Listen that no Listen or
+// ListenPacket took (made for a bind the server did not do); call it once
+// the server has bound. Later Listen calls for them ask the helper, which
+// no longer answers once the command runs.
+func (sb *Sandbox) CloseUnused() {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	for k, f := range sb.premade {
+		_ = f.Close()
+		delete(sb.premade, k)
+	}
 }
 
 // Signal forwards sig to the command.
