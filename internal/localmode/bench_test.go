@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -75,62 +77,98 @@ func BenchmarkStartup(b *testing.B) {
 	if _, err := os.Stat("/proc/self/ns/user"); err != nil {
 		b.Skipf("no user namespaces: %v", err)
 	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		b.Skipf("unshare: %v", err)
+	}
 	path := benchConfig(b, benchOrigin(b))
-	b.Run("exec", func(b *testing.B) {
+	run := &runDir{private: b.TempDir(), public: b.TempDir()}
+	cells := []struct {
+		name string
+		once func(b *testing.B)
+	}{
+		{"exec", func(b *testing.B) { startupExec(b, path) }},
+		{"unshare", startupUnshare},
+		{"server", func(b *testing.B) { startupServer(b, path, run) }},
+	}
+	for _, c := range cells {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				c.once(b)
+			}
+		})
+	}
+	// interleaved: one of each per iteration, so a change of the machine's
+	// load hits the three alike; reported as medians and their ratio.
+	b.Run("interleaved", func(b *testing.B) {
+		var d [3][]time.Duration
 		for b.Loop() {
-			st := Run(context.Background(), Options{ConfigPath: path, Quiet: true, Argv: []string{"true"},
-				Environ: []string{"PATH=/usr/bin:/bin"}, Getenv: func(string) string { return "" },
-				Stdin: nil, Stdout: os.Stdout, Stderr: os.Stderr})
-			if st.Code != 0 || st.Signal != 0 {
-				b.Fatalf("botbox exec -- true: %+v", st)
+			for i, c := range cells {
+				t0 := time.Now()
+				c.once(b)
+				d[i] = append(d[i], time.Since(t0))
 			}
 		}
+		med := func(v []time.Duration) float64 {
+			s := slices.Clone(v)
+			slices.Sort(s)
+			return float64(s[len(s)/2])
+		}
+		b.ReportMetric(med(d[0])/1e6, "exec-ms")
+		b.ReportMetric(med(d[1])/1e6, "unshare-ms")
+		b.ReportMetric(med(d[2])/1e6, "server-ms")
+		b.ReportMetric(med(d[0])/(med(d[1])+med(d[2])), "ratio")
 	})
-	b.Run("unshare", func(b *testing.B) {
-		if _, err := exec.LookPath("unshare"); err != nil {
-			b.Skipf("unshare: %v", err)
-		}
-		for b.Loop() {
-			if out, err := exec.Command("unshare", "-Urnm", "--pid", "--fork", "true").CombinedOutput(); err != nil {
-				b.Fatalf("unshare: %v: %s", err, out)
-			}
-		}
+}
+
+func startupExec(b *testing.B, path string) {
+	st := Run(context.Background(), Options{ConfigPath: path, Quiet: true, Argv: []string{"true"},
+		Environ: []string{"PATH=/usr/bin:/bin"}, Getenv: func(string) string { return "" },
+		Stdin: nil, Stdout: os.Stdout, Stderr: os.Stderr})
+	if st.Code != 0 || st.Signal != 0 {
+		b.Fatalf("botbox exec -- true: %+v", st)
+	}
+}
+
+func startupUnshare(b *testing.B) {
+	if out, err := exec.Command("unshare", "-Urnm", "--pid", "--fork", "true").CombinedOutput(); err != nil {
+		b.Fatalf("unshare: %v: %s", err, out)
+	}
+}
+
+// startupServer is BotBox's own start-up as local mode does it (config,
+// the run's CA and bundle, secrets, every listener bound, then stopped),
+// on the host's loopback.
+func startupServer(b *testing.B, path string, run *runDir) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := prepareConfig(cfg, Options{}, run); err != nil {
+		b.Fatal(err)
+	}
+	srv, err := server.New(cfg, server.Options{
+		Logger: slog.New(slog.DiscardHandler),
+		Listen: func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") },
+		ListenPacket: func(network, _ string) (net.PacketConn, error) {
+			return net.ListenPacket(network, "127.0.0.1:0")
+		},
 	})
-	b.Run("server", func(b *testing.B) {
-		run := &runDir{private: b.TempDir(), public: b.TempDir()}
-		for b.Loop() {
-			cfg, err := config.Load(path)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := prepareConfig(cfg, Options{}, run); err != nil {
-				b.Fatal(err)
-			}
-			srv, err := server.New(cfg, server.Options{
-				Logger: slog.New(slog.DiscardHandler),
-				Listen: func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") },
-				ListenPacket: func(network, _ string) (net.PacketConn, error) {
-					return net.ListenPacket(network, "127.0.0.1:0")
-				},
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = os.Remove(filepath.Join(run.private, "ca.crt")) // made again next time, as each exec does
-			_ = os.Remove(filepath.Join(run.private, "ca.key"))
-			_ = os.Remove(filepath.Join(run.public, "ca-bundle.pem"))
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- srv.Run(ctx) }()
-			if _, err := srv.Addrs(); err != nil {
-				b.Fatal(err)
-			}
-			cancel()
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = os.Remove(filepath.Join(run.private, "ca.crt")) // made again next time, as each exec does
+	_ = os.Remove(filepath.Join(run.private, "ca.key"))
+	_ = os.Remove(filepath.Join(run.public, "ca-bundle.pem"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	if _, err := srv.Addrs(); err != nil {
+		b.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkRequest is the same-run A/B of one plain-HTTP request with a
@@ -165,41 +203,40 @@ func BenchmarkRequest(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	loop := func(b *testing.B, c *http.Client) {
-		for b.Loop() {
-			resp, err := c.Get(target)
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				b.Fatalf("status %d", resp.StatusCode)
-			}
-		}
-	}
-	b.Run("local", func(b *testing.B) {
-		sb, err := Start(Spec{Redirects: map[uint16]uint16{80: cfg.ListenPort}, TTY: -1, Stdout: os.Stdout, Stderr: os.Stderr})
+	get := func(b *testing.B, c *http.Client) {
+		resp, err := c.Get(target)
 		if err != nil {
 			b.Fatal(err)
 		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	// local: BotBox serving listeners made in a sandbox whose command
+	// sleeps; the client's socket is made in that namespace and dials
+	// 203.0.113.80:80 (TEST-NET-3), which only the namespace's redirect
+	// makes reach BotBox; the Host header names the origin.
+	local := func(b *testing.B) *http.Client {
+		sb, err := Start(Spec{Redirects: map[uint16]uint16{80: cfg.ListenPort}, TTY: -1, Stdout: os.Stdout, Stderr: os.Stderr, Listen: serverSockets(cfg)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(sb.Kill)
 		serve(b, server.Options{Listen: sb.Listen, ListenPacket: sb.ListenPacket})
 		if err := sb.Begin([]string{"sleep", "3600"}, []string{"PATH=/usr/bin:/bin"}); err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(sb.Kill)
 		netns := "/proc/" + strconv.Itoa(sb.cmd.Process.Pid) + "/ns/net"
-		c := &http.Client{Transport: &http.Transport{
-			// The request goes to 203.0.113.80:80 (TEST-NET-3): only the
-			// namespace's redirect makes it reach BotBox; the Host header
-			// names the origin.
+		return &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return dialIn(ctx, netns, "203.0.113.80:80")
 			},
 		}}
-		loop(b, c)
-	})
-	b.Run("sidecar", func(b *testing.B) {
+	}
+	// sidecar: BotBox's plain listener on the host's loopback.
+	sidecar := func(b *testing.B) *http.Client {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)
@@ -216,13 +253,44 @@ func BenchmarkRequest(b *testing.B) {
 			},
 			ListenPacket: func(network, _ string) (net.PacketConn, error) { return net.ListenPacket(network, "127.0.0.1:0") },
 		})
-		c := &http.Client{Transport: &http.Transport{
+		return &http.Client{Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				var d net.Dialer
 				return d.DialContext(ctx, "tcp", addr)
 			},
 		}}
-		loop(b, c)
+	}
+	for _, c := range []struct {
+		name string
+		make func(*testing.B) *http.Client
+	}{{"local", local}, {"sidecar", sidecar}} {
+		b.Run(c.name, func(b *testing.B) {
+			cl := c.make(b)
+			for b.Loop() {
+				get(b, cl)
+			}
+		})
+	}
+	// interleaved: one request of each per iteration, medians and their
+	// ratio (local / sidecar), so the machine's load hits both alike.
+	b.Run("interleaved", func(b *testing.B) {
+		clients := []*http.Client{local(b), sidecar(b)}
+		var d [2][]time.Duration
+		for b.Loop() {
+			for i, cl := range clients {
+				t0 := time.Now()
+				get(b, cl)
+				d[i] = append(d[i], time.Since(t0))
+			}
+		}
+		med := func(v []time.Duration) float64 {
+			s := slices.Clone(v)
+			slices.Sort(s)
+			return float64(s[len(s)/2])
+		}
+		b.ReportMetric(med(d[0])/1e3, "local-us")
+		b.ReportMetric(med(d[1])/1e3, "sidecar-us")
+		b.ReportMetric(med(d[0])/med(d[1]), "ratio")
 	})
 }
 

