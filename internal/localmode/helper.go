@@ -61,16 +61,23 @@ func HelperMain() int {
 	if err := prepareMounts(s.Hide); err != nil {
 		return fail(1, "%v", err)
 	}
-	var fds []int
+	var fds, errnos []int
 	for _, sp := range s.Listen {
 		f, err := listenFile(sp.Network, sp.Addr)
-		if err != nil {
+		var errno unix.Errno
+		switch {
+		case err == nil:
+			defer f.Close()
+			fds = append(fds, int(f.Fd()))
+			errnos = append(errnos, 0)
+		case errors.As(err, &errno) && (errno == unix.EADDRNOTAVAIL || errno == unix.EAFNOSUPPORT):
+			// No IPv6 on this kernel: the server skips [::1] on these.
+			errnos = append(errnos, int(errno))
+		default:
 			return fail(1, "listen %s %s in the command's network namespace: %v", sp.Network, sp.Addr, err)
 		}
-		defer f.Close()
-		fds = append(fds, int(f.Fd()))
 	}
-	if err := ch.sendFDs(reply{Kind: "ready"}, fds); err != nil {
+	if err := ch.sendFDs(reply{Kind: "ready", Errnos: errnos}, fds); err != nil {
 		return 1
 	}
 	var start request
@@ -88,7 +95,9 @@ func HelperMain() int {
 		}
 		f, err := listenFile(req.Network, req.Addr)
 		if err != nil {
-			_ = ch.send(reply{Kind: "socket", Error: err.Error()}, -1)
+			var errno unix.Errno
+			_ = errors.As(err, &errno)
+			_ = ch.send(reply{Kind: "socket", Error: err.Error(), Errno: int(errno)}, -1)
 			continue
 		}
 		err = ch.send(reply{Kind: "socket"}, int(f.Fd()))

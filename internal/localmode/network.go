@@ -2,6 +2,7 @@ package localmode
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -84,6 +85,9 @@ func defaultRoutes() error {
 			Data:   append(rtm, attrs...),
 		})
 		if err != nil {
+			if src.Is6() && (errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EADDRNOTAVAIL)) {
+				continue // a kernel without IPv6: nothing to route
+			}
 			return fmt.Errorf("adding the default route to lo (src %s): %w", src, err)
 		}
 	}
@@ -115,7 +119,7 @@ func installRules(redirects []redirect, dnsPort uint16) error {
 		c.AddRule(&nftables.Rule{Table: tab, Chain: filter, Exprs: r})
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("installing the nftables rules in the command's network namespace: %w", err)
+		return fmt.Errorf("installing the nftables rules in the command's network namespace: %w (the kernel needs nf_tables with nat and inet support: sudo modprobe nf_tables)", err)
 	}
 	return nil
 }

@@ -74,11 +74,18 @@ type request struct {
 // PID namespace), "stopped" (the command was stopped by Signal) or "exit"
 // (Code, or Signal when a signal ended it). "error" ends the run (Error).
 type reply struct {
-	Kind   string `json:"kind"`
-	Error  string `json:"error,omitempty"`
-	Pid    int    `json:"pid,omitempty"`
-	Code   int    `json:"code,omitempty"`
-	Signal int    `json:"signal,omitempty"`
+	Kind  string `json:"kind"`
+	Error string `json:"error,omitempty"`
+	// Errno is the error number behind Error, when there is one (a
+	// "socket" reply), so that the server can tell "no IPv6" from a
+	// failure.
+	Errno int `json:"errno,omitempty"`
+	// Errnos, in "ready", is one entry per setup.Listen: 0 when the socket
+	// was made (its descriptor is attached, in order), else why not.
+	Errnos []int `json:"errnos,omitempty"`
+	Pid    int   `json:"pid,omitempty"`
+	Code   int   `json:"code,omitempty"`
+	Signal int   `json:"signal,omitempty"`
 }
 
 // channel is one end of the SOCK_SEQPACKET pair: one JSON value per

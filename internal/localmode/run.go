@@ -204,7 +204,8 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	}
 	srvCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- srv.Run(srvCtx) }()
+	srvStopped := make(chan struct{}) // closed when srv.Run returns
+	go func() { srvDone <- srv.Run(srvCtx); close(srvStopped) }()
 	defer func() {
 		stopServer()
 		if err := <-srvDone; err != nil && st.Code == 0 && st.Signal == 0 {
@@ -241,15 +242,24 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	}
 	sb.CloseUnused()
 	started = true
-	return supervise(sb, tty, sigs)
+	st = supervise(sb, tty, sigs, srvStopped)
+	if st.Code == ExitError && st.Signal == 0 && !sb.Exited() {
+		// BotBox stopped serving (a listener failed for good): the command
+		// is ended rather than left without its way out.
+		fmt.Fprintln(msgs, "botbox exec: BotBox stopped serving; the command was ended")
+		sb.Kill()
+	}
+	return st
 }
 
 // supervise forwards signals and the terminal's job control until the
 // command ends, and returns its status.
-func supervise(sb *Sandbox, tty int, sigs <-chan os.Signal) ExitStatus {
+func supervise(sb *Sandbox, tty int, sigs <-chan os.Signal, srvStopped <-chan struct{}) ExitStatus {
 	stopped := false
 	for {
 		select {
+		case <-srvStopped:
+			return ExitStatus{Code: ExitError}
 		case sig := <-sigs:
 			s := sig.(syscall.Signal)
 			if s == syscall.SIGCONT {

@@ -49,13 +49,24 @@ type Sandbox struct {
 	readyDone bool
 	readyErr  error
 	// premade are the sockets of Spec.Listen not yet taken (mu).
-	premade map[SocketSpec]*os.File
-	begun   bool // Begin sent "start" (mu)
-	listen  []SocketSpec
-	replies chan reply // after Begin: the helper's "stopped" and "exit"
-	done    chan struct{}
-	procErr error
-	tty     int
+	premade    map[SocketSpec]*os.File
+	premadeErr map[SocketSpec]error // why a socket of Spec.Listen was not made (no IPv6)
+	begun      bool                 // Begin sent "start" (mu)
+	listen     []SocketSpec
+	replies    chan reply // after Begin: the helper's "stopped" and "exit"
+	done       chan struct{}
+	procErr    error
+	tty        int
+}
+
+func countZero(v []int) int {
+	n := 0
+	for _, x := range v {
+		if x == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // SocketSpec is one socket made in the command's network namespace:
@@ -193,12 +204,19 @@ func (sb *Sandbox) awaitReady() error {
 		sb.readyErr = diagnoseUserNS(fmt.Errorf("the namespace helper ended during setup: %w", err))
 	case r.Kind != "ready":
 		sb.readyErr = diagnoseUserNS(fmt.Errorf("preparing the command's namespaces: %s", r.Error))
-	case len(files) != len(sb.listen):
+	case len(r.Errnos) != len(sb.listen) || len(files) != countZero(r.Errnos):
 		sb.readyErr = fmt.Errorf("the namespace helper made %d sockets, want %d", len(files), len(sb.listen))
 	default:
 		sb.premade = map[SocketSpec]*os.File{}
-		for i, f := range files {
-			sb.premade[sb.listen[i]] = f
+		sb.premadeErr = map[SocketSpec]error{}
+		next := 0
+		for i, errno := range r.Errnos {
+			if errno != 0 {
+				sb.premadeErr[sb.listen[i]] = fmt.Errorf("listen %s %s in the command's network namespace: %w", sb.listen[i].Network, sb.listen[i].Addr, syscall.Errno(errno))
+				continue
+			}
+			sb.premade[sb.listen[i]] = files[next]
+			next++
 		}
 		return nil
 	}
@@ -219,6 +237,9 @@ func (sb *Sandbox) socket(network, addr string) (*os.File, error) {
 		delete(sb.premade, SocketSpec{network, addr})
 		return f, nil
 	}
+	if err, ok := sb.premadeErr[SocketSpec{network, addr}]; ok {
+		return nil, err
+	}
 	if sb.begun {
 		// The helper serves requests only before the command starts (and
 		// the channel is the reply reader's now).
@@ -235,6 +256,9 @@ func (sb *Sandbox) socket(network, addr string) (*os.File, error) {
 	if r.Kind != "socket" || r.Error != "" || f == nil {
 		if f != nil {
 			_ = f.Close()
+		}
+		if r.Errno != 0 {
+			return nil, fmt.Errorf("listen %s %s in the command's network namespace: %w", network, addr, syscall.Errno(r.Errno))
 		}
 		return nil, fmt.Errorf("listen %s %s in the command's network namespace: %s", network, addr, r.Error)
 	}
@@ -334,6 +358,17 @@ func (sb *Sandbox) Replies() <-chan reply { return sb.replies }
 
 // Done is closed when the helper process has been reaped.
 func (sb *Sandbox) Done() <-chan struct{} { return sb.done }
+
+// Exited reports whether the helper has exited (the command's "exit" may
+// not have been read yet).
+func (sb *Sandbox) Exited() bool {
+	select {
+	case <-sb.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // Kill ends the helper and with it every process of the namespace, and
 // waits for it.
