@@ -525,7 +525,10 @@ func nsHolders(ns string) []int {
 // (empty), nor the CA key the config names, nor the config file, nor the
 // run's private directory; its /proc is its own PID namespace's (the
 // helper as PID 1, no BotBox), the helper's memory and environment are
-// closed to it (ptrace and /proc/1/mem fail). Outside the namespace,
+// closed to it (ptrace and /proc/1/mem fail). It cannot take the covers
+// off (umount), nor from a user and mount namespace of its own (umount,
+// a plain bind of / that would show what is under them, a recursive one),
+// nor read or flush the nftables rules. Outside the namespace,
 // another process of the same user cannot read BotBox's /proc/PID/mem or
 // environ either (PR_SET_DUMPABLE 0), while it can a plain process's.
 func TestLocalModeCannotReachSecrets(t *testing.T) {
@@ -545,11 +548,16 @@ ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\n' ' ' | sed 's/^/PIDS /'; echo
 cat /proc/1/environ >/dev/null 2>&1 && echo "READ /proc/1/environ"
 dd if=/proc/1/mem bs=1 count=1 skip=4194304 >/dev/null 2>&1 && echo "READ /proc/1/mem"
 python3 -c 'import ctypes,sys; l=ctypes.CDLL(None, use_errno=True); r=l.ptrace(16, 1, 0, 0); print("PTRACE", r, ctypes.get_errno())'
+umount %[4]q 2>/dev/null && echo "UMOUNTED"
+ls -A %[4]q | sed 's/^/SECRETS-DIR-AFTER-UMOUNT /'
+unshare -Urm sh -c 'umount -l %[4]q 2>/dev/null; ls -A %[4]q | sed "s/^/NESTED-UMOUNT /"; d=$(mktemp -d); mount --bind / $d 2>/dev/null && ls -A $d%[4]s | sed "s/^/NESTED-BIND /"; mount --rbind / $d 2>/dev/null && ls -A $d%[4]s | sed "s/^/NESTED-RBIND /"; true'
+nft flush ruleset 2>/dev/null && echo "RULES FLUSHED"
+nft list ruleset >/dev/null 2>&1 && echo "RULES READ"
 python3 -c 'import glob; print("SEES BOTBOX" if any(b"\0exec\0-c\0" in open(f, "rb").read() for f in glob.glob("/proc/[0-9]*/cmdline")) else "")'
 echo done`, secretFile, caKey, l.p.configPath, l.p.secrets.dir)
 	r := l.mustExec(t, nil, []string{"--quiet"}, "sh", "-c", script)
 	out := r.stdout
-	for _, bad := range []string{"READ ", "SECRETS-DIR ", "PRIVATE ", "SEES BOTBOX"} {
+	for _, bad := range []string{"READ ", "SECRETS-DIR ", "PRIVATE ", "SEES BOTBOX", "UMOUNTED", "SECRETS-DIR-AFTER", "NESTED-", "RULES "} {
 		if strings.Contains(out, bad) {
 			t.Errorf("the command reached what it must not (%q):\n%s", bad, out)
 		}
