@@ -500,3 +500,22 @@ func mapKeys(ss []SocketSpec, key func(SocketSpec) string) []string {
 	}
 	return out
 }
+
+func TestCheckHidden(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		hide []string
+		wd   string
+		ok   bool
+	}{
+		{[]string{"/home/u/.config/botbox/secrets", "/home/u/.config/botbox/agent.yaml"}, "/home/u/project", true},
+		{[]string{"/home/u/secrets"}, "/home/u/secrets-of-the-project", true},
+		{[]string{"/"}, "/home/u", false},
+		{[]string{"/home/u/secrets"}, "/home/u/secrets", false},
+		{[]string{"/home/u"}, "/home/u/project", false},
+	} {
+		if err := checkHidden(tc.hide, tc.wd); (err == nil) != tc.ok {
+			t.Errorf("checkHidden(%q, %q) = %v, want ok=%v", tc.hide, tc.wd, err, tc.ok)
+		}
+	}
+}

@@ -189,6 +189,9 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	if spec.Dir, err = os.Getwd(); err != nil {
 		return fail("%v", err)
 	}
+	if err := checkHidden(hide, spec.Dir); err != nil {
+		return fail("%v", err)
+	}
 	if err := sb.Prepare(spec); err != nil {
 		return fail("%v", err)
 	}
@@ -499,6 +502,21 @@ func hiddenPaths(cfg *config.Config, o Options, run *runDir) ([]string, error) {
 		paths = append(paths, o.LogPath)
 	}
 	return resolveHidden(paths)
+}
+
+// checkHidden refuses covers that would take the command's world away: one
+// over / (everything), or over the working directory or a directory above
+// it (the command would start in a directory that is gone).
+func checkHidden(hide []string, wd string) error {
+	for _, h := range hide {
+		if h == "/" {
+			return errors.New("local mode covers secrets_dir, the CA key, the config and the log file in the command's view, and one of them is /: give them a directory of their own")
+		}
+		if rel, err := filepath.Rel(h, wd); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return fmt.Errorf("the working directory %s is inside %s, which the command must not see (secrets_dir, the CA key, the config or the log file): run botbox exec from elsewhere", wd, h)
+		}
+	}
+	return nil
 }
 
 // resolveHidden makes each path absolute and symlink-free (a path that does
