@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
@@ -986,5 +987,38 @@ func TestLocalModeGit(t *testing.T) {
 	r := l.exec(t, env, []string{"--quiet"}, "git", "ls-remote", "https://"+hostOther+"/git/repo.git")
 	if r.code == 0 || !strings.Contains(r.stderr, "403") {
 		t.Errorf("git ls-remote of a host without a rule: exit %d, want a 403 failure:\n%s", r.code, r.stderr)
+	}
+}
+
+// TestLocalModeSpoofedSourcesGetNoAnswer (playbook §1, every responder is
+// a reflector): the command sends, from the attacker's IPv6 address
+// (IPV6_FREEBIND, no capability needed), DNS queries to the guard through
+// loopback and through the resolver's address, and a TCP handshake to
+// BotBox's listener. Every answer is addressed to the attacker, and none
+// leaves: the namespace has no way out but BotBox's sockets, and its rules
+// drop what is not for loopback. Nothing reaches the attacker's address in
+// the net namespace, and no query reaches the DNS server.
+func TestLocalModeSpoofedSourcesGetNoAnswer(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)},
+		extraAddrs: []netip.Addr{attacker6, attacker4}, capture: []netip.Addr{attacker6, attacker4}})
+	p := l.p
+	mark := p.mark(t)
+	token := "spoof-" + randomHex(t, 6)
+	src := attacker6.String()
+	probes := [][]string{
+		{"dns", "-src", src, "-addr", "[::1]:53", "-name", token + ".exfil.test", "-qtype", "TXT", "-timeout", "2s"},
+		{"dns", "-src", src, "-addr", p.addr6(53).String(), "-name", hostAPI, "-qtype", "AAAA", "-timeout", "2s"},
+		{"tcp", "-src", src, "-addr", "[::1]:8080", "-connect-timeout", "1s"},
+		{"tcp", "-src", src, "-addr", p.addr6(443).String(), "-connect-timeout", "1s"},
+	}
+	for i, r := range l.clientBatch(t, probes) {
+		if r.Status != 0 || (i >= 2 && r.Connected) {
+			t.Errorf("%s: connected=%v status=%d: an answer came back to a spoofed source", strings.Join(probes[i], " "), r.Connected, r.Status)
+		}
+	}
+	p.assertNothingOnTheWire(t, mark)
+	for _, e := range dnsEvents(p.events(t, mark)) {
+		t.Errorf("the DNS server received %q from %s", e.Payload, e.Remote)
 	}
 }
