@@ -455,6 +455,16 @@ func TestLocalModeContainment(t *testing.T) {
 			t.Errorf("the net namespace received %s %q at %s (#%d)", e.Kind, e.Payload, e.Local, e.Seq)
 		}
 	}
+	// --tcp-ports 8443: HTTP to port 8443 of any address now goes to
+	// BotBox's plain listener, which judges it (the rule allows only 443:
+	// BotBox's 403), where it timed out above; the origin hears nothing.
+	mark = p.mark(t)
+	r := l.mustExec(t, nil, []string{"--quiet", "--tcp-ports", "8443"}, p.bins.client, "http", "-url", "http://"+hostAPI+":8443/local/port")
+	var got wire.Result
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Status != 403 {
+		t.Errorf("--tcp-ports 8443: http://%s:8443/: %q (%v), want BotBox's 403", hostAPI, r.stdout, err)
+	}
+	p.assertNoTCP(t, mark, p.addr4(8443))
 	if logs := hostSrv.logs(); strings.Contains(logs, "connected") {
 		t.Errorf("the machine's own listener saw a connection from the command:\n%s", logs)
 	}
