@@ -91,11 +91,11 @@ func FuzzParseTCPPorts(f *testing.F) {
 
 func TestDiagnoseUserNS(t *testing.T) {
 	t.Parallel()
-	base := errors.New("fork/exec /usr/bin/botbox: operation not permitted")
+	base := fmt.Errorf("fork/exec /usr/bin/botbox: %w", syscall.EPERM)
 	for _, tc := range []struct {
 		name     string
 		settings map[string]string
-		want     []string // "" entries: none; nil: err unchanged
+		want     []string // in the message; nil: err unchanged
 	}{
 		{"debian clone off", map[string]string{sysctlUnprivClone: "0", sysctlMaxUserNS: "100"},
 			[]string{"kernel.unprivileged_userns_clone = 0", "sysctl -w kernel.unprivileged_userns_clone=1", "run botbox exec as root"}},
@@ -103,8 +103,8 @@ func TestDiagnoseUserNS(t *testing.T) {
 			[]string{"user.max_user_namespaces = 0", "sysctl -w user.max_user_namespaces=15000", "run botbox exec as root"}},
 		{"ubuntu apparmor", map[string]string{sysctlMaxUserNS: "100", sysctlAppArmorUser: "1"},
 			[]string{"kernel.apparmor_restrict_unprivileged_userns = 1", "AppArmor profile", "apparmor_restrict_unprivileged_userns=0", "run botbox exec as root"}},
-		{"all allowed", map[string]string{sysctlUnprivClone: "1", sysctlMaxUserNS: "100", sysctlAppArmorUser: "0"}, nil},
-		{"nothing readable", map[string]string{}, nil},
+		{"all allowed", map[string]string{sysctlUnprivClone: "1", sysctlMaxUserNS: "100", sysctlAppArmorUser: "0"}, []string{"seccomp profile"}},
+		{"nothing readable", map[string]string{}, []string{"seccomp profile", "seccomp=unconfined"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := diagnoseWith(base, func(p string) string { return tc.settings[p] })
@@ -123,6 +123,12 @@ func TestDiagnoseUserNS(t *testing.T) {
 				}
 			}
 		})
+	}
+	// An error that is no refusal, with every setting allowing, is returned
+	// as it is.
+	other := errors.New("fork/exec /usr/bin/botbox: no such file or directory")
+	if got := diagnoseWith(other, func(string) string { return "" }); got != other {
+		t.Errorf("diagnoseWith(%v) = %v, want it unchanged", other, got)
 	}
 }
 

@@ -40,6 +40,13 @@ func diagnoseWith(err error, read func(string) string) error {
 	case read(sysctlAppArmorUser) == "1":
 		setting, value, fix = "kernel.apparmor_restrict_unprivileged_userns", "1",
 			"an AppArmor profile that allows userns for the botbox binary (docs/local.md), or sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"
+	case errors.Is(err, os.ErrPermission):
+		// No sysctl says no: a seccomp profile (a container runtime's
+		// default forbids new namespaces without CAP_SYS_ADMIN) or an LSM.
+		return fmt.Errorf("%w: %v\n"+
+			"The kernel allows them, so something in front of it refuses them: inside a container, its seccomp profile "+
+			"(Docker's and Podman's default forbid new namespaces; run the container with --security-opt seccomp=unconfined, "+
+			"or run botbox exec on the host), or a security module (SELinux, AppArmor)", ErrUserNamespaces, err)
 	default:
 		return err
 	}
