@@ -562,16 +562,23 @@ python3 -c 'import ctypes,sys; l=ctypes.CDLL(None, use_errno=True); r=l.ptrace(1
 umount %[4]q 2>/dev/null && echo "UMOUNTED"
 ls -A %[4]q | sed 's/^/SECRETS-DIR-AFTER-UMOUNT /'
 unshare -Urm sh -c 'umount -l %[4]q 2>/dev/null; ls -A %[4]q | sed "s/^/NESTED-UMOUNT /"; d=$(mktemp -d); mount --bind / $d 2>/dev/null && ls -A $d%[4]s | sed "s/^/NESTED-BIND /"; mount --rbind / $d 2>/dev/null && ls -A $d%[4]s | sed "s/^/NESTED-RBIND /"; true'
+curl -sS -o /dev/null --max-time 10 -w 'HTTPS %%{http_code}\n' https://%[5]s/local/config-ca
+grep -qF "$(sed -n 2p %[6]q)" "$SSL_CERT_FILE" && echo CONFIG-CA-IN-BUNDLE
 nft flush ruleset 2>/dev/null && echo "RULES FLUSHED"
 nft list ruleset >/dev/null 2>&1 && echo "RULES READ"
 python3 -c 'import glob; print("SEES BOTBOX" if any(b"\0exec\0-c\0" in open(f, "rb").read() for f in glob.glob("/proc/[0-9]*/cmdline")) else "")'
-echo done`, secretFile, caKey, l.p.configPath, l.p.secrets.dir)
+echo done`, secretFile, caKey, l.p.configPath, l.p.secrets.dir, hostAPI, l.p.botboxCA)
 	r := l.mustExec(t, nil, []string{"--quiet"}, "sh", "-c", script)
 	out := r.stdout
 	for _, bad := range []string{"READ ", "SECRETS-DIR ", "PRIVATE ", "SEES BOTBOX", "UMOUNTED", "SECRETS-DIR-AFTER", "NESTED-", "RULES "} {
 		if strings.Contains(out, bad) {
 			t.Errorf("the command reached what it must not (%q):\n%s", bad, out)
 		}
+	}
+	// The CA the config names (not one made for the run) intercepts, and
+	// the trust variables carry it.
+	if !strings.Contains(out, "HTTPS 200\n") || !strings.Contains(out, "CONFIG-CA-IN-BUNDLE\n") {
+		t.Errorf("https through the config's CA did not answer 200:\n%s\n%s", out, r.stderr)
 	}
 	if !strings.Contains(out, "PTRACE -1 1\n") {
 		t.Errorf("ptrace(PTRACE_ATTACH, 1) did not fail with EPERM:\n%s", out)
