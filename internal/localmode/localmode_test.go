@@ -531,3 +531,35 @@ func TestCheckHidden(t *testing.T) {
 		}
 	}
 }
+
+// TestSuperviseEndsWhenTheServerStops: a command still running when BotBox
+// stops serving is not waited for: supervise returns ExitError at once
+// (Run then kills the sandbox).
+func TestSuperviseEndsWhenTheServerStops(t *testing.T) {
+	t.Parallel()
+	requireUserNamespaces(t)
+	sb, err := Start(Spec{TTY: -1, Stdout: os.Stdout, Stderr: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Kill()
+	if err := sb.Begin([]string{"sh", "-c", "while :; do sleep 0.05; done"}, []string{"PATH=/usr/bin:/bin"}); err != nil {
+		if errors.Is(err, ErrUserNamespaces) && os.Getenv("CI") == "" {
+			t.Skipf("skipping: %v", err)
+		}
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	sigs := make(chan os.Signal, 1)
+	done := make(chan ExitStatus, 1)
+	go func() { done <- supervise(sb, -1, sigs, stopped) }()
+	close(stopped)
+	select {
+	case st := <-done:
+		if st.Code != ExitError || sb.Exited() {
+			t.Errorf("supervise = %+v (helper exited: %v), want ExitError with the command still running", st, sb.Exited())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("supervise did not return when the server stopped")
+	}
+}
