@@ -9,6 +9,7 @@ import (
 
 	"github.com/botbox/botbox/internal/cli"
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/localmode"
 )
 
 // Exit codes.
@@ -29,6 +30,8 @@ Usage:
   botbox netfilter install|print|remove    the init step: iptables/ip6tables rules from BOTBOX_* env
   botbox ca new --out DIR [--days N]       make an interception CA (ca.crt 0444, ca.key 0400; 365 days)
   botbox placeholders print [-c PATH]      list the placeholder credentials and the hosts each may go to
+  botbox exec [-c PATH] [--log F] [--report] [--quiet] [--tcp-ports P,...] [--] CMD [ARGS...]
+                                           local mode: run CMD confined, rootless (docs/local.md)
   botbox probe [--key-file F] URL          exit 0 when BotBox itself answers 200 at URL (exec probes)
   botbox version                           print version information
 
@@ -43,6 +46,10 @@ Kubernetes injection and the admission webhook are botbox-admission's
 // variable from an unset one, as the reference script does.
 func run(ctx context.Context, args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
 	getenv := func(k string) string { v, _ := lookupEnv(k); return v }
+	if len(args) == 1 && args[0] == localmode.HelperCommand {
+		// botbox exec's namespace helper, re-executed by localmode.Start.
+		return localmode.HelperMain()
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		switch {
 		case len(args) > 0 && (args[0] == "--version" || args[0] == "-version" || args[0] == "-V" || args[0] == "-v"):
@@ -69,6 +76,8 @@ func run(ctx context.Context, args []string, lookupEnv func(string) (string, boo
 		return runCA(rest, stdout, stderr)
 	case "placeholders":
 		return runPlaceholders(rest, stdout, stderr)
+	case "exec":
+		return runExec(ctx, rest, getenv, stderr)
 	case "probe":
 		return runProbe(ctx, rest, getenv, stdout, stderr)
 	case "inject", "webhook":

@@ -39,6 +39,32 @@ func hostGitCmd(t *testing.T, dir string, args ...string) string {
 	return string(out)
 }
 
+// gitOrigin is the podConfig.originArgs of an origin serving, under /git/,
+// a bare repository (*bare, branch main, one commit) through `git
+// http-backend`, answering 401 unless Authorization is exactly wantAuth.
+func gitOrigin(bare *string, wantAuth string) func(t *testing.T, p *pod) []string {
+	return func(t *testing.T, p *pod) []string {
+		root := filepath.Join(p.dir, "git")
+		*bare = filepath.Join(root, "repo.git")
+		seed := filepath.Join(p.dir, "seed")
+		for _, d := range []string{root, seed} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hostGitCmd(t, root, "init", "-q", "--bare", "-b", "main", *bare)
+		hostGitCmd(t, *bare, "config", "http.receivepack", "true")
+		hostGitCmd(t, seed, "init", "-q", "-b", "main")
+		writeFile(t, filepath.Join(seed, "README"), []byte("seed\n"), 0o644)
+		hostGitCmd(t, seed, "add", "README")
+		hostGitCmd(t, seed, "commit", "-q", "-m", "seed")
+		hostGitCmd(t, seed, "push", "-q", *bare, "main")
+		auth := filepath.Join(p.dir, "git-auth")
+		writeFile(t, auth, []byte(wantAuth), 0o400)
+		return []string{"-git-root", root, "-git-auth-file", auth}
+	}
+}
+
 // TestGitOverHTTPSWithBasicTemplate: real git (/usr/bin/git), as the app
 // (UID 1000) in the pod, clones from and pushes to an origin serving
 // `git http-backend` that answers 401 unless Authorization is exactly
@@ -66,26 +92,7 @@ func TestGitOverHTTPSWithBasicTemplate(t *testing.T) {
 		secrets:     map[string]string{"git-token": token},
 		originNames: []string{hostGit},
 		extraHosts:  func(p *pod) string { return p.netIP4.String() + " " + hostGit + "\n" },
-		originArgs: func(t *testing.T, p *pod) []string {
-			root := filepath.Join(p.dir, "git")
-			bare = filepath.Join(root, "repo.git")
-			seed := filepath.Join(p.dir, "seed")
-			for _, d := range []string{root, seed} {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			hostGitCmd(t, root, "init", "-q", "--bare", "-b", "main", bare)
-			hostGitCmd(t, bare, "config", "http.receivepack", "true")
-			hostGitCmd(t, seed, "init", "-q", "-b", "main")
-			writeFile(t, filepath.Join(seed, "README"), []byte("seed\n"), 0o644)
-			hostGitCmd(t, seed, "add", "README")
-			hostGitCmd(t, seed, "commit", "-q", "-m", "seed")
-			hostGitCmd(t, seed, "push", "-q", bare, "main")
-			auth := filepath.Join(p.dir, "git-auth")
-			writeFile(t, auth, []byte(wantAuth), 0o400)
-			return []string{"-git-root", root, "-git-auth-file", auth}
-		},
+		originArgs:  gitOrigin(&bare, wantAuth),
 	})
 	ph, _, code := p.run(t, p.podNS, uidApp, nil, "cat", filepath.Join(p.dir, "placeholders", "git-token"))
 	if code != 0 || len(ph) != len(token) || ph == token {

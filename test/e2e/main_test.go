@@ -58,6 +58,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	removeLocalUser()
 	if build.bins.dir != "" {
 		_ = os.RemoveAll(build.bins.dir)
 	}
