@@ -28,6 +28,7 @@ import (
 	"github.com/andybalholm/brotli"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/botbox/botbox/internal/credential"
 	"github.com/botbox/botbox/internal/scrub"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -41,9 +42,10 @@ const (
 	// msgScrubStall is the message of the WARN line of a stall.
 	msgScrubStall = "response paused inside a partial secret match"
 	// scrubCacheSize bounds the compiled matchers kept: one per secret
-	// snapshot, and requests use the current one (a request that took
-	// the previous snapshot just before a rotation may still ask for it).
-	scrubCacheSize = 2
+	// snapshot and set of injected tokens (one per credential that mints
+	// them), and requests use the current ones (a request that took the
+	// previous snapshot just before a rotation may still ask for it).
+	scrubCacheSize = 8
 )
 
 // uninspectableError is a response BotBox cannot scan for reflected
@@ -81,7 +83,11 @@ func (s *responseScrub) Stalled()         { s.stall("body") }
 // without permessage-deflate. A pattern set it cannot build fails the
 // request closed before anything is sent.
 func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
-	m, err := h.scrubs.Get(x.secrets, snapshotSecrets)
+	key := scrubKey{snap: x.secrets}
+	if x.credPrep != nil {
+		key.injected = x.credPrep.Injected()
+	}
+	m, err := h.scrubs.Get(key, scrubSecrets)
 	if err != nil {
 		x.rewriteErr = &uninspectableError{why: err.Error()}
 		return
@@ -105,14 +111,27 @@ func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
 	}
 }
 
-// snapshotSecrets lists every secret of a snapshot (a cache miss of
-// prepareScrub).
-func snapshotSecrets(snap *secrets.Snapshot) []scrub.Secret {
-	keys := snap.Keys()
+// scrubKey is what a response matcher is compiled from: the request's
+// secret snapshot and the tokens its credential injected (an immutable
+// set per token generation, credential.Injected; nil for none).
+type scrubKey struct {
+	snap     *secrets.Snapshot
+	injected *credential.Injected
+}
+
+// scrubSecrets lists every secret of a snapshot and every injected token
+// (a cache miss of prepareScrub).
+func scrubSecrets(k scrubKey) []scrub.Secret {
+	keys := k.snap.Keys()
 	out := make([]scrub.Secret, 0, len(keys))
-	for _, k := range keys {
-		if v, ok := snap.Lookup(k); ok {
-			out = append(out, scrub.Secret{Ref: k, Value: v.Reveal()})
+	for _, key := range keys {
+		if v, ok := k.snap.Lookup(key); ok {
+			out = append(out, scrub.Secret{Ref: key, Value: v.Reveal()})
+		}
+	}
+	if k.injected != nil {
+		for _, t := range k.injected.Values {
+			out = append(out, scrub.Secret{Ref: k.injected.Ref, Value: t})
 		}
 	}
 	return out
