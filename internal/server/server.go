@@ -242,12 +242,12 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	s.handler, err = proxy.New(proxy.Options{
 		Credentials: creds,
-		Config:     cfg,
-		Generation: s.gen,
-		Secrets:    store,
-		Transport:  tr,
-		Metrics:    s.metrics,
-		Logger:     telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
+		Config:      cfg,
+		Generation:  s.gen,
+		Secrets:     store,
+		Transport:   tr,
+		Metrics:     s.metrics,
+		Logger:      telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
 		// CONNECT on the plain listener is intercepted when interception
 		// is on; s.interceptor is set below, before anything is served.
 		ConnectTLS: func() *tls.Config {
