@@ -34,6 +34,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -77,6 +79,17 @@ type Options struct {
 type Signer struct {
 	o      Options
 	signer *v4.Signer
+	// services caches ServiceFor by host (the hosts of the rules that
+	// name the credential: a handful).
+	services sync.Map // string -> string
+	// keys caches the keys resolved from the last snapshot seen (a
+	// snapshot is immutable; a rotation makes a new one).
+	keyCache atomic.Pointer[resolvedKeys]
+}
+
+type resolvedKeys struct {
+	from  credential.Lookup
+	creds aws.Credentials
 }
 
 var _ credential.Credential = (*Signer)(nil)
@@ -125,9 +138,13 @@ func (s *Signer) Prepare(ctx context.Context, req *credential.Request) (credenti
 	in := req.In
 	service := s.o.Service
 	if service == "" {
-		var ok bool
-		if service, ok = s.o.ServiceFor("", req.Host); !ok {
-			return nil, s.refuse("the SigV4 service of this host is unknown (set service on the credential)")
+		if v, ok := s.services.Load(req.Host); ok {
+			service = v.(string)
+		} else {
+			if service, ok = s.o.ServiceFor("", req.Host); !ok {
+				return nil, s.refuse("the SigV4 service of this host is unknown (set service on the credential)")
+			}
+			s.services.Store(req.Host, service)
 		}
 	}
 	if presigned(in.URL.RawQuery) {
@@ -225,20 +242,28 @@ func (s *Signer) buffer(in *http.Request, limit int64) ([]byte, error) {
 	if in.ContentLength > limit {
 		return nil, &credential.BodyTooLargeError{Credential: s.o.Name, Limit: limit}
 	}
-	var buf bytes.Buffer
+	var body []byte
 	if in.ContentLength > 0 {
-		buf.Grow(int(in.ContentLength))
+		// Exactly the declared length (net/http's server ends the body
+		// there): one allocation, the body's size.
+		body = make([]byte, in.ContentLength)
+		if _, err := io.ReadFull(in.Body, body); err != nil {
+			return nil, fmt.Errorf("credential %q: reading the request body to sign it: %w", s.o.Name, err)
+		}
+	} else {
+		var buf bytes.Buffer
+		n, err := buf.ReadFrom(io.LimitReader(in.Body, limit+1))
+		if err != nil {
+			return nil, fmt.Errorf("credential %q: reading the request body to sign it: %w", s.o.Name, err)
+		}
+		if n > limit {
+			return nil, &credential.BodyTooLargeError{Credential: s.o.Name, Limit: limit}
+		}
+		body = buf.Bytes()
 	}
-	n, err := buf.ReadFrom(io.LimitReader(in.Body, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("credential %q: reading the request body to sign it: %w", s.o.Name, err)
-	}
-	if n > limit {
-		return nil, &credential.BodyTooLargeError{Credential: s.o.Name, Limit: limit}
-	}
-	in.Body = &bufferedBody{Reader: bytes.NewReader(buf.Bytes()), orig: in.Body}
-	in.ContentLength = n
-	return buf.Bytes(), nil
+	in.Body = &bufferedBody{Reader: bytes.NewReader(body), orig: in.Body}
+	in.ContentLength = int64(len(body))
+	return body, nil
 }
 
 // bufferedBody is the buffered body; Close closes the agent's.
@@ -249,8 +274,20 @@ type bufferedBody struct {
 
 func (b *bufferedBody) Close() error { return b.orig.Close() }
 
-// keys resolves the real keys from the request's snapshot.
+// keys resolves the real keys from the request's snapshot (cached for
+// the last snapshot seen).
 func (s *Signer) keys(l credential.Lookup) (aws.Credentials, error) {
+	if k := s.keyCache.Load(); k != nil && l != nil && k.from == l {
+		return k.creds, nil
+	}
+	c, err := s.resolveKeys(l)
+	if err == nil && l != nil {
+		s.keyCache.Store(&resolvedKeys{from: l, creds: c})
+	}
+	return c, err
+}
+
+func (s *Signer) resolveKeys(l credential.Lookup) (aws.Credentials, error) {
 	get := func(ref string) (string, error) {
 		if l == nil {
 			return "", &credential.MissingSecretError{Credential: s.o.Name, Ref: ref}
