@@ -75,11 +75,11 @@ type Prepared interface {
 // Injected is an immutable set of token values a credential sends, the
 // current one and the one before it (still valid until it expires).
 type Injected struct {
-	// Ref names the credential in scrub reports (a metric label: the
-	// credential's name, never a value).
-	Ref string
 	// Values are the token bytes.
 	Values [][]byte
+	// Refs name, for each value, the credential it belongs to, in scrub
+	// reports (a metric label: the credential's name, never a value).
+	Refs []string
 }
 
 // Credential is one configured credential, as the request path uses it.

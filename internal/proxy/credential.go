@@ -18,9 +18,11 @@ import (
 )
 
 // CredentialSource resolves a rule's credential by name (package
-// credential/broker's Broker).
+// credential/broker's Broker), and lists the tokens BotBox minted, which
+// every scrubbed response is masked for (scrub.go).
 type CredentialSource interface {
 	Credential(name string) (credential.Credential, bool)
+	Injected() *credential.Injected
 }
 
 const (

@@ -83,9 +83,11 @@ func (s *responseScrub) Stalled()         { s.stall("body") }
 // without permessage-deflate. A pattern set it cannot build fails the
 // request closed before anything is sent.
 func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
+	// Every token BotBox minted, whichever rule sent it (a token one
+	// origin stored must not be read back through another).
 	key := scrubKey{snap: x.secrets}
-	if x.credPrep != nil {
-		key.injected = x.credPrep.Injected()
+	if h.credentials != nil {
+		key.injected = h.credentials.Injected()
 	}
 	m, err := h.scrubs.Get(key, scrubSecrets)
 	if err != nil {
@@ -112,7 +114,7 @@ func (h *Handler) prepareScrub(x *exchange, out *http.Request) {
 }
 
 // scrubKey is what a response matcher is compiled from: the request's
-// secret snapshot and the tokens its credential injected (an immutable
+// secret snapshot and the tokens BotBox's credentials minted (an immutable
 // set per token generation, credential.Injected; nil for none).
 type scrubKey struct {
 	snap     *secrets.Snapshot
@@ -130,8 +132,8 @@ func scrubSecrets(k scrubKey) []scrub.Secret {
 		}
 	}
 	if k.injected != nil {
-		for _, t := range k.injected.Values {
-			out = append(out, scrub.Secret{Ref: k.injected.Ref, Value: t})
+		for i, t := range k.injected.Values {
+			out = append(out, scrub.Secret{Ref: k.injected.Refs[i], Value: t})
 		}
 	}
 	return out

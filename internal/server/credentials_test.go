@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +35,34 @@ const githubCredential = `credentials:
 const githubRule = `    - host: api.example.test
       action: allow
       credential: github
+    - host: other.example.test
+      action: allow
+      scrub_responses: true
 `
+
+// readBack is an origin that keeps what /store received in Authorization
+// and answers it on /load, whichever host asks: a token written through
+// one host, read back through another (attack playbook class 2).
+type readBack struct {
+	next http.Handler
+	mu   sync.Mutex
+	kept string
+}
+
+func (b *readBack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/store":
+		b.mu.Lock()
+		b.kept = r.Header.Get("Authorization")
+		b.mu.Unlock()
+	case "/load":
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		_, _ = io.WriteString(w, "kept: "+b.kept)
+	default:
+		b.next.ServeHTTP(w, r)
+	}
+}
 
 // TestGitHubAppThroughServer: readiness waits for the first token; while
 // none can be minted requests get 503 credential_unavailable with
@@ -51,7 +79,7 @@ func TestGitHubAppThroughServer(t *testing.T) {
 	}
 	gh.AcceptKey(&key.PublicKey)
 	gh.Fail.Store(true)
-	h := start(t, harnessOpts{extraYAML: githubCredential, rules: githubRule, origin: gh})
+	h := start(t, harnessOpts{extraYAML: githubCredential, rules: githubRule, origin: &readBack{next: gh}})
 	h.waitHealth(http.StatusServiceUnavailable)
 
 	resp := h.githubGet(t)
@@ -79,6 +107,17 @@ func TestGitHubAppThroughServer(t *testing.T) {
 	if strings.Contains(all, toks[0]) || strings.Contains(all, "agent-token") || !strings.Contains(string(body), "authorization") {
 		t.Fatalf("the app saw the token or its own was forwarded: %s / %s", body, resp.Header.Get("X-Echo-Authorization"))
 	}
+	// Stored through the credential's host, read back through another
+	// (scrubbed) host: masked there too.
+	if resp := h.hostGet(t, "api.example.test", "/store"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("/store: %d", resp.StatusCode)
+	}
+	back := h.hostGet(t, "other.example.test", "/load")
+	kept, _ := io.ReadAll(back.Body)
+	back.Body.Close()
+	if !strings.HasPrefix(string(kept), "kept: Bearer ") || strings.Contains(string(kept), toks[0]) {
+		t.Fatalf("read back through other.example.test: %q, want the token masked", kept)
+	}
 	metrics := h.scrape(t)
 	if !strings.Contains(metrics, `botbox_credential_refreshes_total{credential="github",result="ok"} 1`) ||
 		!strings.Contains(metrics, `botbox_credential_expiry_seconds{credential="github"}`) {
@@ -103,8 +142,15 @@ func TestGitHubAppThroughServer(t *testing.T) {
 
 func (h *harness) githubGet(t *testing.T) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+h.addrs.Proxy[0].String()+"/repos/acme/app", nil)
-	req.Host = "api.example.test"
+	return h.hostGet(t, "api.example.test", "/repos/acme/app")
+}
+
+// hostGet sends GET path to host through the plain listener, with the
+// app's own Authorization.
+func (h *harness) hostGet(t *testing.T, host, path string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://"+h.addrs.Proxy[0].String()+path, nil)
+	req.Host = host
 	req.Header.Set("Authorization", "Bearer agent-token")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

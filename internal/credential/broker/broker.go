@@ -15,7 +15,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +54,7 @@ type Options struct {
 type Broker struct {
 	creds         map[string]credential.Credential
 	sources       []*mint.Source
+	tokens        atomic.Pointer[tokenSet]
 	revokeTimeout time.Duration
 	log           *slog.Logger
 }
@@ -104,6 +107,43 @@ func (b *Broker) Credential(name string) (credential.Credential, bool) {
 	}
 	c, ok := b.creds[name]
 	return c, ok
+}
+
+// Injected returns every token the minted credentials hold now (each
+// one's current and previous token), as one immutable set: what the proxy
+// scrubs from every scrubbed response, not only from the responses of the
+// rule that sent the token (a token stored by one origin must not be read
+// back through another). The same pointer is returned until a token
+// changes; nil when there is none.
+func (b *Broker) Injected() *credential.Injected {
+	if b == nil || len(b.sources) == 0 {
+		return nil
+	}
+	var gens []*credential.Injected
+	for _, s := range b.sources {
+		gens = append(gens, s.Tokens())
+	}
+	if c := b.tokens.Load(); c != nil && slices.Equal(c.gens, gens) {
+		return c.all
+	}
+	all := &credential.Injected{}
+	for _, g := range gens {
+		if g != nil {
+			all.Values = append(all.Values, g.Values...)
+			all.Refs = append(all.Refs, g.Refs...)
+		}
+	}
+	if len(all.Values) == 0 {
+		all = nil
+	}
+	b.tokens.Store(&tokenSet{gens: gens, all: all})
+	return all
+}
+
+// tokenSet caches Injected: the per-source generations it was built from.
+type tokenSet struct {
+	gens []*credential.Injected
+	all  *credential.Injected
 }
 
 // Ready reports whether every minted credential holds a valid token.

@@ -134,6 +134,18 @@ func (s *Source) validLocked(now time.Time) bool {
 	return s.cur != nil && now.Before(s.cur.tok.Expiry.Add(-skew(s.cur)))
 }
 
+// Tokens returns the current token generation's values (current and
+// previous token; nil before the first): immutable, the same pointer until
+// the next mint.
+func (s *Source) Tokens() *credential.Injected {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return nil
+	}
+	return s.cur.injected
+}
+
 // Valid reports whether the Source holds a token that may be used now.
 func (s *Source) Valid() bool {
 	s.mu.Lock()
@@ -233,9 +245,10 @@ func (s *Source) mint(ctx context.Context, done chan struct{}) {
 		s.o.Logger.Warn("credential token could not be minted", slog.String("credential", s.o.Name), slog.String("error", err.Error()))
 		return
 	}
-	inj := &credential.Injected{Ref: s.o.Name, Values: [][]byte{[]byte(tok.Value)}}
+	inj := &credential.Injected{Refs: []string{s.o.Name}, Values: [][]byte{[]byte(tok.Value)}}
 	if s.cur != nil && s.cur.tok.Value != tok.Value && now.Before(s.cur.tok.Expiry) {
 		inj.Values = append(inj.Values, []byte(s.cur.tok.Value))
+		inj.Refs = append(inj.Refs, s.o.Name)
 	}
 	prev := s.cur
 	bearer := "Bearer " + tok.Value
