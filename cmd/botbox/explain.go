@@ -122,7 +122,7 @@ func newExplainer(cfg *config.Config) (*explainer, error) {
 		Logger:    telemetry.NewLogger(e.logs, slog.LevelDebug),
 	}
 	if len(cfg.Credentials) > 0 {
-		opts.Credentials = explainCredentials{cfg}
+		opts.Credentials = explainCredentials{cfg, e.missing}
 	}
 	if cfg.Interception.Enabled {
 		// CONNECT is served with interception on: the handler's refusals
@@ -325,6 +325,9 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 			printScrub(w, rule)
 		}
 		e.printAddressGuard(w, rule)
+	}
+	if !forwarded && rule != nil && rule.Credential != "" && res.status == 500 {
+		e.printCredential(w, rule)
 	}
 	if decision == telemetry.DecisionAllow && !forwarded && rule != nil {
 		for _, rw := range rule.HeaderRewrites {

@@ -15,19 +15,27 @@ import (
 // no key is read and nothing is signed or minted, so a rule's credential
 // lets the request through to the recording transport, and
 // printCredential says what the real one does. Names and refs only.
-type explainCredentials struct{ cfg *config.Config }
+// A credential whose key file is missing fails as the real one does
+// (500 secret_missing, nothing forwarded).
+type explainCredentials struct {
+	cfg     *config.Config
+	missing map[string]string
+}
 
 func (c explainCredentials) Credential(name string) (credential.Credential, bool) {
 	cr := c.cfg.Credential(name)
 	if cr == nil {
 		return nil, false
 	}
-	return explainCredential{cr}, true
+	return explainCredential{cr, c.missing}, true
 }
 
 func (explainCredentials) Injected() *credential.Injected { return nil }
 
-type explainCredential struct{ c *config.Credential }
+type explainCredential struct {
+	c       *config.Credential
+	missing map[string]string
+}
 
 func (e explainCredential) Name() string                             { return e.c.Name }
 func (e explainCredential) Type() string                             { return e.c.Type }
@@ -35,6 +43,11 @@ func (explainCredential) AcceptsPlaceholder(string, string) bool     { return fa
 func (explainCredential) Apply(context.Context, *http.Request) error { return nil }
 func (explainCredential) Injected() *credential.Injected             { return nil }
 func (e explainCredential) Prepare(context.Context, *credential.Request) (credential.Prepared, error) {
+	for _, ref := range e.c.SecretRefs() {
+		if _, gone := e.missing[ref]; gone {
+			return nil, &credential.MissingSecretError{Credential: e.c.Name, Ref: ref}
+		}
+	}
 	return e, nil
 }
 
