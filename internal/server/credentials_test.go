@@ -197,3 +197,34 @@ func TestReloadRefusesChangedCredentials(t *testing.T) {
 		t.Fatalf("reload with the same credentials: %v", err)
 	}
 }
+
+// TestTokenEndpointBehindAddressGuard: BotBox dials the token endpoint
+// under the address guard in force, like any upstream: at a loopback
+// address the guard refuses by default, no mint reaches it, BotBox stays
+// not ready and counts the failures.
+func TestTokenEndpointBehindAddressGuard(t *testing.T) {
+	t.Parallel()
+	gh := &tokenserver.Server{AppID: 42, InstallationID: 7, Repositories: []string{"app"}, Permissions: map[string]string{"contents": "read"}}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh.AcceptKey(&key.PublicKey)
+	h := start(t, harnessOpts{extraYAML: githubCredential, rules: githubRule, origin: gh, strictGuard: true})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := os.WriteFile(filepath.Join(h.secretDir, "github-app-key"), keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Eventually(t, 15*time.Second, func() bool {
+		return strings.Contains(h.scrape(t), `botbox_credential_refreshes_total{credential="github",result="error"} 2`)
+	}, "two failed mints (the key file loaded for the second at the latest)")
+	if code, _ := h.health(); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz %d without a token, want 503", code)
+	}
+	if n := gh.Mints.Load() + gh.Refused.Load(); n != 0 {
+		t.Fatalf("the token endpoint at a loopback address was reached %d times", n)
+	}
+	if !strings.Contains(h.logs.String(), "address") {
+		t.Errorf("the failure does not say the address guard refused it:\n%s", grepLines(h.logs.String(), "minted"))
+	}
+}
