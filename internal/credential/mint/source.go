@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/botbox/botbox/internal/credential"
+	"github.com/botbox/botbox/internal/telemetry"
 )
 
 // Token is a minted token and when it expires.
@@ -242,7 +243,7 @@ func (s *Source) mint(ctx context.Context, done chan struct{}) {
 		s.lastErr = err
 		s.retryAt = now.Add(backoff(s.failures))
 		s.o.Metrics.refresh(s.o.Name, resultError)
-		s.o.Logger.Warn("credential token could not be minted", slog.String("credential", s.o.Name), slog.String("error", err.Error()))
+		s.o.Logger.Warn("credential token could not be minted", slog.String(telemetry.KeyCredential, s.o.Name), slog.String(telemetry.KeyError, err.Error()))
 		return
 	}
 	inj := &credential.Injected{Refs: []string{s.o.Name}, Values: [][]byte{[]byte(tok.Value)}}
@@ -330,13 +331,13 @@ func (s *Source) Revoke(ctx context.Context) error {
 			return nil
 		case err != nil:
 			s.o.Metrics.revoke(s.o.Name, resultError)
-			s.o.Logger.Warn("credential token could not be revoked", slog.String("credential", s.o.Name), slog.String("error", err.Error()))
+			s.o.Logger.Warn("credential token could not be revoked", slog.String(telemetry.KeyCredential, s.o.Name), slog.String(telemetry.KeyError, err.Error()))
 			if first == nil {
 				first = err
 			}
 		default:
 			s.o.Metrics.revoke(s.o.Name, resultOK)
-			s.o.Logger.Info("credential token revoked", slog.String("credential", s.o.Name))
+			s.o.Logger.Info("credential token revoked", slog.String(telemetry.KeyCredential, s.o.Name))
 		}
 	}
 	return first
