@@ -64,16 +64,13 @@ type Prepared interface {
 	// Apply authenticates out, the request about to be sent, after every
 	// other change to its head. On error out must not be sent.
 	Apply(ctx context.Context, out *http.Request) error
-	// Injected lists the secret bytes Apply puts into the request (a
-	// token), for response scrubbing; nil when it puts none (a signature
-	// is derived, and the keys are scrubbed as secrets of the snapshot).
-	// The same pointer is returned for as long as the tokens are the same
-	// (the scrubber caches its matcher by it).
-	Injected() *Injected
 }
 
-// Injected is an immutable set of token values a credential sends, the
-// current one and the one before it (still valid until it expires).
+// Injected is an immutable set of token values the minted credentials
+// hold (each one's current token and the one before it, still valid until
+// it expires): what the proxy masks in every scrubbed response
+// (broker.Broker.Injected). A signature is derived and needs no entry; the
+// keys are secrets of the snapshot, masked as such.
 type Injected struct {
 	// Values are the token bytes.
 	Values [][]byte

@@ -322,10 +322,6 @@ type prepared struct {
 	creds   aws.Credentials
 }
 
-// Injected implements credential.Prepared: a signature is derived; the
-// keys are secrets of the snapshot, scrubbed as such.
-func (p *prepared) Injected() *credential.Injected { return nil }
-
 // Apply implements credential.Prepared.
 func (p *prepared) Apply(ctx context.Context, out *http.Request) error {
 	for k := range out.Header {

@@ -103,8 +103,8 @@ func bearer(t *testing.T, src *Source) (string, error) {
 		t.Fatalf("Apply left the app's Authorization: %v", out.Header)
 	}
 	tok := strings.TrimPrefix(out.Header.Get("Authorization"), "Bearer ")
-	if inj := p.Injected(); inj == nil || string(inj.Values[0]) != tok {
-		t.Fatal("Injected does not hold the token sent")
+	if inj := src.Tokens(); inj == nil || string(inj.Values[0]) != tok {
+		t.Fatal("Tokens does not hold the token sent (it would not be scrubbed)")
 	}
 	return tok, nil
 }
@@ -134,12 +134,10 @@ func TestGitHubAppTokenNarrowedAndRefreshedAtExpiry(t *testing.T) {
 	if n, err := testutil.GatherAndCount(e.reg, "botbox_credential_expiry_seconds"); err != nil || n != 1 {
 		t.Errorf("botbox_credential_expiry_seconds series: %d, %v", n, err)
 	}
-	// The previous token is still scrubbed: it stays valid until it
-	// expires at the issuer.
-	p, _ := e.src.Prepare(context.Background(), &credential.Request{})
-	if vals := p.Injected().Values; len(vals) != 1 {
-		// tok expired at the moment of the refresh: only the new one.
-		t.Errorf("injected %d values after an expired predecessor, want 1", len(vals))
+	// A predecessor still valid would be scrubbed too; tok expired at the
+	// moment of the refresh: only the new one.
+	if vals := e.src.Tokens().Values; len(vals) != 1 {
+		t.Errorf("%d token values after an expired predecessor, want 1", len(vals))
 	}
 }
 
@@ -264,15 +262,19 @@ func TestRunRefreshesBeforeExpiry(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.src.Run(ctx)
+	// The source holds the second generation once the refresh is stored:
+	// refreshed before the first token expired, it keeps that one too
+	// (still valid at the issuer, so still scrubbed).
+	twoTokens := func() bool { inj := e.src.Tokens(); return inj != nil && len(inj.Values) == 2 }
 	deadline := time.Now().Add(20 * time.Second)
-	for e.srv.Mints.Load() < 2 && time.Now().Before(deadline) {
+	for !twoTokens() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := e.srv.Mints.Load(); n < 2 {
-		t.Fatalf("%d mints, want a refresh before expiry", n)
+	if n := e.srv.Mints.Load(); n < 2 || !twoTokens() {
+		t.Fatalf("%d mints, tokens %v; want a refresh before expiry keeping the previous token", n, e.src.Tokens())
 	}
-	if !e.src.Valid() {
-		t.Fatal("no valid token after the refresh")
+	if inj := e.src.Tokens(); string(inj.Values[0]) == string(inj.Values[1]) {
+		t.Fatal("the refresh returned the same token")
 	}
 }
 

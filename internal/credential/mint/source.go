@@ -364,6 +364,3 @@ func (h *held) Apply(_ context.Context, out *http.Request) error {
 	out.Header["Authorization"] = h.header
 	return nil
 }
-
-// Injected implements credential.Prepared.
-func (h *held) Injected() *credential.Injected { return h.injected }
