@@ -72,12 +72,7 @@ func (b *readBack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the drain.
 func TestGitHubAppThroughServer(t *testing.T) {
 	t.Parallel()
-	gh := &tokenserver.Server{AppID: 42, InstallationID: 7, Repositories: []string{"app"}, Permissions: map[string]string{"contents": "read"}}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gh.AcceptKey(&key.PublicKey)
+	gh, keyPEM := githubApp(t)
 	gh.Fail.Store(true)
 	h := start(t, harnessOpts{extraYAML: githubCredential, rules: githubRule, origin: &readBack{next: gh}})
 	h.waitHealth(http.StatusServiceUnavailable)
@@ -89,10 +84,7 @@ func TestGitHubAppThroughServer(t *testing.T) {
 		t.Fatalf("before any token: %d %s Retry-After %q (%s)", resp.StatusCode, resp.Header.Get("X-Botbox-Reason"), resp.Header.Get("Retry-After"), body)
 	}
 
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-	if err := os.WriteFile(filepath.Join(h.secretDir, "github-app-key"), keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	h.writeGitHubKey(keyPEM)
 	gh.Fail.Store(false)
 	h.waitHealth(http.StatusOK)
 
@@ -204,17 +196,9 @@ func TestReloadRefusesChangedCredentials(t *testing.T) {
 // not ready and counts the failures.
 func TestTokenEndpointBehindAddressGuard(t *testing.T) {
 	t.Parallel()
-	gh := &tokenserver.Server{AppID: 42, InstallationID: 7, Repositories: []string{"app"}, Permissions: map[string]string{"contents": "read"}}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gh.AcceptKey(&key.PublicKey)
+	gh, keyPEM := githubApp(t)
 	h := start(t, harnessOpts{extraYAML: githubCredential, rules: githubRule, origin: gh, strictGuard: true})
-	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
-	if err := os.WriteFile(filepath.Join(h.secretDir, "github-app-key"), keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	h.writeGitHubKey(keyPEM)
 	eventually.Eventually(t, 15*time.Second, func() bool {
 		return strings.Contains(h.scrape(t), `botbox_credential_refreshes_total{credential="github",result="error"} 2`)
 	}, "two failed mints (the key file loaded for the second at the latest)")
@@ -226,5 +210,26 @@ func TestTokenEndpointBehindAddressGuard(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), "address") {
 		t.Errorf("the failure does not say the address guard refused it:\n%s", grepLines(h.logs.String(), "minted"))
+	}
+}
+
+// githubApp is a verifying GitHub token server for githubCredential and
+// the App's private key (PEM) that it accepts.
+func githubApp(t *testing.T) (*tokenserver.Server, []byte) {
+	t.Helper()
+	gh := &tokenserver.Server{AppID: 42, InstallationID: 7, Repositories: []string{"app"}, Permissions: map[string]string{"contents": "read"}}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh.AcceptKey(&key.PublicKey)
+	return gh, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+}
+
+// writeGitHubKey puts the App's private key into the Secret volume.
+func (h *harness) writeGitHubKey(keyPEM []byte) {
+	h.t.Helper()
+	if err := os.WriteFile(filepath.Join(h.secretDir, "github-app-key"), keyPEM, 0o600); err != nil {
+		h.t.Fatal(err)
 	}
 }
