@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,12 +118,12 @@ func (b *Broker) Injected() *credential.Injected {
 	if b == nil || len(b.sources) == 0 {
 		return nil
 	}
-	var gens []*credential.Injected
+	if c := b.tokens.Load(); c != nil && b.current(c) {
+		return c.all // the per-request path: no allocation
+	}
+	gens := make([]*credential.Injected, 0, len(b.sources))
 	for _, s := range b.sources {
 		gens = append(gens, s.Tokens())
-	}
-	if c := b.tokens.Load(); c != nil && slices.Equal(c.gens, gens) {
-		return c.all
 	}
 	all := &credential.Injected{}
 	for _, g := range gens {
@@ -138,6 +137,17 @@ func (b *Broker) Injected() *credential.Injected {
 	}
 	b.tokens.Store(&tokenSet{gens: gens, all: all})
 	return all
+}
+
+// current reports whether c was built from every source's token
+// generation in force.
+func (b *Broker) current(c *tokenSet) bool {
+	for i, s := range b.sources {
+		if s.Tokens() != c.gens[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // tokenSet caches Injected: the per-source generations it was built from.
