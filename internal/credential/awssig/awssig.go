@@ -42,6 +42,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/botbox/botbox/internal/credential"
+	"github.com/botbox/botbox/internal/secrets"
 )
 
 // Payload hash values of X-Amz-Content-Sha256.
@@ -88,7 +89,7 @@ type Signer struct {
 }
 
 type resolvedKeys struct {
-	from  credential.Lookup
+	from  *secrets.Snapshot
 	creds aws.Credentials
 }
 
@@ -277,12 +278,15 @@ func (b *bufferedBody) Close() error { return b.orig.Close() }
 // keys resolves the real keys from the request's snapshot (cached for
 // the last snapshot seen).
 func (s *Signer) keys(l credential.Lookup) (aws.Credentials, error) {
-	if k := s.keyCache.Load(); k != nil && l != nil && k.from == l {
+	// Only an immutable snapshot is cached, by its pointer (another Lookup
+	// may change, or not even be comparable).
+	snap, cacheable := l.(*secrets.Snapshot)
+	if k := s.keyCache.Load(); cacheable && snap != nil && k != nil && k.from == snap {
 		return k.creds, nil
 	}
 	c, err := s.resolveKeys(l)
-	if err == nil && l != nil {
-		s.keyCache.Store(&resolvedKeys{from: l, creds: c})
+	if err == nil && cacheable && snap != nil {
+		s.keyCache.Store(&resolvedKeys{from: snap, creds: c})
 	}
 	return c, err
 }

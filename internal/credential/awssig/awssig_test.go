@@ -379,3 +379,30 @@ func FuzzPresigned(f *testing.F) {
 		}
 	})
 }
+
+// TestKeysFollowRotation: the keys are cached per snapshot; a new
+// snapshot (a rotation) is read again, and a Lookup that is not a
+// snapshot is never cached.
+func TestKeysFollowRotation(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t, "bedrock", "")
+	first := snapshot(false)
+	if c, err := s.keys(first); err != nil || c.AccessKeyID != realKeyID {
+		t.Fatalf("keys: %v, %v", c.AccessKeyID, err)
+	}
+	rotated := secrets.NewSnapshot(map[string]secrets.Value{"aws-key-id": secrets.NewValue([]byte("AKIAROTATEDROTATED00")), "aws-secret": secrets.NewValue([]byte("x"))})
+	if c, _ := s.keys(rotated); c.AccessKeyID != "AKIAROTATEDROTATED00" {
+		t.Fatalf("after rotation: %s", c.AccessKeyID)
+	}
+	m := mapLookup{"aws-key-id": "AKIAMAPLOOKUP0000001", "aws-secret": "y"}
+	if c, _ := s.keys(m); c.AccessKeyID != "AKIAMAPLOOKUP0000001" {
+		t.Fatalf("map lookup: %s", c.AccessKeyID)
+	}
+}
+
+type mapLookup map[string]string
+
+func (m mapLookup) Lookup(ref string) (secrets.Value, bool) {
+	v, ok := m[ref]
+	return secrets.NewValue([]byte(v)), ok
+}
