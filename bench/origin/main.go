@@ -34,6 +34,7 @@ func main() {
 	certFile := flag.String("cert", "", "PEM certificate")
 	keyFile := flag.String("key", "", "PEM private key")
 	token := flag.String("token", "", "expected bearer token")
+	sigv4Key := flag.String("sigv4-key-id", "", "also accept a SigV4 Authorization made with this access key ID (the benchmark's aws_sigv4 variant; the signature is not checked)")
 	flag.Parse()
 	if *certFile == "" || *keyFile == "" || *token == "" {
 		log.Fatal("origin: -cert, -key and -token are required")
@@ -52,7 +53,7 @@ func main() {
 	smallLen := strconv.Itoa(len(small))
 
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if v := r.Header["Authorization"]; len(v) != 1 || v[0] != want {
+		if v := r.Header["Authorization"]; len(v) != 1 || v[0] != want && (*sigv4Key == "" || !strings.HasPrefix(v[0], "AWS4-HMAC-SHA256 Credential="+*sigv4Key+"/")) {
 			rejected.Add(1)
 			http.Error(w, "missing or wrong credential", http.StatusUnauthorized)
 			return

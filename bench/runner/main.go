@@ -214,6 +214,12 @@ func (r *runner) setup() error {
 	if err := os.MkdirAll(r.path("secrets"), 0o700); err != nil {
 		return err
 	}
+	// The aws_sigv4 variant's keys (credentialEnv).
+	for name, v := range map[string]string{"bench-aws-key-id": sigv4KeyID, "bench-aws-secret": sigv4Secret} {
+		if err := os.WriteFile(r.path("secrets/"+name), []byte(v+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(r.path("secrets/origin-token"), []byte(token+"\n"), 0o600); err != nil {
 		return err
 	}
@@ -233,7 +239,7 @@ func (r *runner) setup() error {
 		listen += ",[::1]:443"
 	}
 	r.origin, err = r.start("origin", loadCPU, nil, originPort, filepath.Join(r.bin, "origin"),
-		"-listen", listen, "-cert", r.path("origin.crt"), "-key", r.path("origin.key"), "-token", token)
+		"-listen", listen, "-cert", r.path("origin.crt"), "-key", r.path("origin.key"), "-token", token, "-sigv4-key-id", sigv4KeyID)
 	if err != nil {
 		return err
 	}
@@ -339,6 +345,7 @@ egress_policy:
 		cfg = strings.ReplaceAll(cfg, "          secret_ref: origin-token\n", "          secret_ref: origin-token\n      scrub_responses: false\n")
 	}
 	cfg, envs = applyInjectEnv(cfg, envs)
+	cfg, envs = applyCredentialEnv(cfg, envs)
 	file := r.path(name + ".yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return err
@@ -425,6 +432,30 @@ func applyInjectEnv(cfg string, envs []string) (string, []string) {
 		repl += "      scrub_responses: true\n"
 	}
 	return strings.ReplaceAll(cfg, injectBlock, repl), envs
+}
+
+// credentialEnv, as an element of a BOTBOX_VARIANTS environment list
+// ("sigv4=credential=sigv4"), runs that variant with every rule's
+// header_rewrites replaced by an aws_sigv4 credential (issue 21's budget
+// cell): BotBox signs each unsigned request wrk sends with SigV4 (service
+// bedrock: the body is buffered and hashed) instead of injecting the
+// token; the origin accepts the signature's key ID (-sigv4-key-id).
+const (
+	credentialEnv = "credential=sigv4"
+	sigv4KeyID    = "AKIABENCHBENCHBENCH1"
+	sigv4Secret   = "benchSecretAccessKey0123456789abcdefghij"
+)
+
+// applyCredentialEnv removes credentialEnv from envs and applies it to cfg.
+func applyCredentialEnv(cfg string, envs []string) (string, []string) {
+	i := slices.Index(envs, credentialEnv)
+	if i < 0 {
+		return cfg, envs
+	}
+	envs = slices.Delete(slices.Clone(envs), i, i+1)
+	cfg = strings.ReplaceAll(cfg, injectBlock, "      credential: bench-aws\n")
+	cfg += "credentials:\n  bench-aws:\n    type: aws_sigv4\n    access_key_id_ref: bench-aws-key-id\n    secret_access_key_ref: bench-aws-secret\n    region: us-east-1\n    service: bedrock\n"
+	return cfg, envs
 }
 
 // policyV2Env, as an element of a BOTBOX_VARIANTS environment list

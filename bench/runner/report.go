@@ -238,6 +238,15 @@ func (r *runner) targetsSummary() string {
 		v, ok = med("small", "botbox-scruball", "botbox-noinject", n, func(c cell) float64 { return c.cpuUS })
 		check(fmt.Sprintf("small c=%d: CPU/req scrub all / none (no injection)", n), v, ok, "info", true)
 	}
+	// Issue 21: a SigV4 re-signed request (variant "sigv4",
+	// BOTBOX_VARIANTS="sigv4=credential=sigv4") against the header-injected
+	// one of the same run.
+	for _, sc := range []string{"small", "post"} {
+		for _, n := range []int{1, 16, 128} {
+			v, ok = med(sc, "botbox-sigv4", "botbox", n, func(c cell) float64 { return c.cpuUS })
+			check(fmt.Sprintf("%s c=%d: CPU/req SigV4 re-signed / header-injected", sc, n), v, ok, "≤ 1.30", v <= 1.30)
+		}
+	}
 	v, ok = med("intercept-newconn", "botbox", "nginx", 16, rps)
 	check("interception, new conn/request: req/s BotBox / nginx", v, ok, "≥ 1.0", v >= 1.0)
 	v, ok = med("intercept-newconn", "botbox", "nginx", 16, func(c cell) float64 { return c.cpuUS })

@@ -266,3 +266,24 @@ func TestInjectOffVariants(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialVariant: credential=sigv4 replaces every rule's token
+// injection by the aws_sigv4 credential, and is not passed on as an
+// environment variable.
+func TestCredentialVariant(t *testing.T) {
+	t.Parallel()
+	base := "secrets_dir: /s\negress_policy:\n  rules:\n    - host: 127.0.0.1\n      action: allow\n" + injectBlock + "    - host: localhost\n      action: allow\n" + injectBlock
+	y, envs := applyCredentialEnv(base, []string{credentialEnv, "GOGC=400"})
+	cfg, err := config.Parse([]byte(y))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	for _, r := range cfg.Policy.Rules {
+		if r.Credential != "bench-aws" || len(r.HeaderRewrites) != 0 {
+			t.Errorf("rule %s: credential %q, %d rewrites", r.Host, r.Credential, len(r.HeaderRewrites))
+		}
+	}
+	if !slices.Equal(envs, []string{"GOGC=400"}) || cfg.Credential("bench-aws") == nil {
+		t.Errorf("envs %v, credential %v", envs, cfg.Credential("bench-aws"))
+	}
+}

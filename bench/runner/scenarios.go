@@ -57,8 +57,23 @@ func (r *runner) wrkArgs(target, path string) []string {
 	if target == "direct" {
 		return []string{"-H", "Authorization: Bearer " + token, fmt.Sprintf("https://127.0.0.1:%d%s", originPort, path)}
 	}
+	if r.resigns(target) {
+		// An unsigned AWS request, which the credential=sigv4 variant
+		// signs (an Authorization of another scheme would be refused).
+		return []string{"-H", fmt.Sprintf("Host: 127.0.0.1:%d", originPort), fmt.Sprintf("http://127.0.0.1:%d%s", r.port(target), path)}
+	}
 	return []string{"-H", fmt.Sprintf("Host: 127.0.0.1:%d", originPort), "-H", "Authorization: " + clientAuth,
 		fmt.Sprintf("http://127.0.0.1:%d%s", r.port(target), path)}
+}
+
+// resigns reports whether target is a credential=sigv4 variant.
+func (r *runner) resigns(target string) bool {
+	for _, v := range r.variants {
+		if v.name == target && slices.Contains(strings.Split(v.env, ","), credentialEnv) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *runner) curl(target, path string) string {

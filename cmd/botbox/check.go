@@ -90,7 +90,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 // rewrite errors name the header and secret_ref.
 func checkFiles(cfg *config.Config) (problems []string, checked string) {
 	var done []string
-	refs := cfg.RequiredSecretRefs()
+	refs := cfg.ReadySecretRefs()
 	if len(refs) > 0 {
 		problems = append(problems, checkSecrets(cfg, refs)...)
 		done = append(done, fmt.Sprintf("%d %s", len(refs), plural(len(refs), "secret", "secrets")))
@@ -159,9 +159,15 @@ func checkSecrets(cfg *config.Config, refs []string) []string {
 	return problems
 }
 
-// usedBy names the header and query rewrites that use ref.
+// usedBy names the header and query rewrites and the credentials that
+// use ref.
 func usedBy(cfg *config.Config, ref string) string {
 	var at []string
+	for _, c := range cfg.Credentials {
+		if slices.Contains(c.SecretRefs(), ref) {
+			at = append(at, "credentials."+c.Name)
+		}
+	}
 	for i, r := range cfg.Policy.Rules {
 		for j, h := range r.HeaderRewrites {
 			if h.SecretRef == ref {

@@ -106,7 +106,7 @@ type explainer struct {
 func newExplainer(cfg *config.Config) (*explainer, error) {
 	e := &explainer{cfg: cfg, rt: &recordingTransport{}, logs: &bytes.Buffer{}, missing: map[string]string{}}
 	values := map[string]secrets.Value{}
-	for _, ref := range cfg.RequiredSecretRefs() {
+	for _, ref := range cfg.ReadySecretRefs() {
 		p := filepath.Join(cfg.SecretsDir, ref)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			values[ref] = secrets.NewValue([]byte(explainPlaceholder))
@@ -120,6 +120,9 @@ func newExplainer(cfg *config.Config) (*explainer, error) {
 		Transport: e.rt,
 		Metrics:   telemetry.NewMetrics(),
 		Logger:    telemetry.NewLogger(e.logs, slog.LevelDebug),
+	}
+	if len(cfg.Credentials) > 0 {
+		opts.Credentials = explainCredentials{cfg, e.missing}
 	}
 	if cfg.Interception.Enabled {
 		// CONNECT is served with interception on: the handler's refusals
@@ -318,9 +321,13 @@ func (e *explainer) print(w io.Writer, u *url.URL, res *explainResult) int {
 			fmt.Fprintln(w, "headers:  none injected (report mode never rewrites a request the policy denies)")
 		} else {
 			e.printHeaders(w, rule)
+			e.printCredential(w, rule)
 			printScrub(w, rule)
 		}
 		e.printAddressGuard(w, rule)
+	}
+	if !forwarded && rule != nil && rule.Credential != "" && res.status == 500 {
+		e.printCredential(w, rule)
 	}
 	if decision == telemetry.DecisionAllow && !forwarded && rule != nil {
 		for _, rw := range rule.HeaderRewrites {
@@ -448,7 +455,7 @@ func (e *explainer) printQuery(w io.Writer, rule *config.Rule) {
 // printScrub says whether the response to a request whose rule injects a
 // secret is scrubbed of reflected values (scrub_responses).
 func printScrub(w io.Writer, rule *config.Rule) {
-	if rule == nil || !slices.ContainsFunc(rule.HeaderRewrites, func(rw config.HeaderRewrite) bool { return rw.SecretRef != "" }) && len(rule.QueryRewrites) == 0 {
+	if rule == nil || !rule.InjectsSecret() {
 		return
 	}
 	if rule.ScrubResponses {

@@ -195,6 +195,7 @@ func TestDefaults(t *testing.T) {
 		UpstreamMaxIdleConns:    1024,
 		// The address guard is on by default (issue 12 §2).
 		AddressGuard: AddressGuard{AllowedCIDRs: []netip.Prefix{}},
+		Credentials:  []Credential{},
 	}
 	if d := cmp.Diff(want, c, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); d != "" {
 		t.Errorf("defaults (-want +got):\n%s", d)

@@ -86,7 +86,7 @@ func TestDocsListEveryKey(t *testing.T) {
 		reflect.TypeFor[wireConfig](), reflect.TypeFor[wirePolicy](), reflect.TypeFor[wireRule](),
 		reflect.TypeFor[wireRewrite](), reflect.TypeFor[wireInterception](), reflect.TypeFor[wireRoute](),
 		reflect.TypeFor[wireAddressGuard](),
-		reflect.TypeFor[wirePlaceholders](), reflect.TypeFor[wireDNSGuard](),
+		reflect.TypeFor[wirePlaceholders](), reflect.TypeFor[wireDNSGuard](), reflect.TypeFor[wireCredential](),
 	} {
 		for f := range typ.Fields() {
 			key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")

@@ -44,6 +44,29 @@ type effConfig struct {
 	AddressGuard      effAddressGuard `yaml:"address_guard"`
 	Placeholders      effPlaceholders `yaml:"placeholders"`
 	DNSGuard          effDNSGuard     `yaml:"dns_guard"`
+	// Credentials name refs and settings, never a value (there is none in
+	// the config: every secret is a file in secrets_dir).
+	Credentials map[string]effCredential `yaml:"credentials,omitempty"`
+}
+
+type effCredential struct {
+	Type               string            `yaml:"type"`
+	AccessKeyIDRef     string            `yaml:"access_key_id_ref,omitempty"`
+	SecretAccessKeyRef string            `yaml:"secret_access_key_ref,omitempty"`
+	SessionTokenRef    string            `yaml:"session_token_ref,omitempty"`
+	Region             string            `yaml:"region,omitempty"`
+	Service            string            `yaml:"service,omitempty"`
+	AppID              int64             `yaml:"app_id,omitempty"`
+	PrivateKeyRef      string            `yaml:"private_key_ref,omitempty"`
+	InstallationID     int64             `yaml:"installation_id,omitempty"`
+	Repositories       []string          `yaml:"repositories,omitempty,flow"`
+	Permissions        map[string]string `yaml:"permissions,omitempty,flow"`
+	APIURL             string            `yaml:"api_url,omitempty"`
+	TokenURL           string            `yaml:"token_url,omitempty"`
+	ClientIDRef        string            `yaml:"client_id_ref,omitempty"`
+	ClientSecretRef    string            `yaml:"client_secret_ref,omitempty"`
+	Scopes             []string          `yaml:"scopes,omitempty,flow"`
+	KeyRef             string            `yaml:"key_ref,omitempty"`
 }
 
 type effAddressGuard struct {
@@ -84,6 +107,7 @@ type effRule struct {
 	ScrubResponses          *bool         `yaml:"scrub_responses,omitempty"`
 	AllowPrivateAddresses   bool          `yaml:"allow_private_addresses,omitempty"`
 	UpstreamTLS             *bool         `yaml:"upstream_tls,omitempty"`
+	Credential              string        `yaml:"credential,omitempty"`
 }
 
 // effRoute is a route; omitted methods or paths mean any.
@@ -178,6 +202,7 @@ func (c *Config) Effective() ([]byte, error) {
 			er.Routes = append(er.Routes, effRoute(rt))
 		}
 		er.MaxRequestBodyBytes = r.MaxRequestBodyBytes
+		er.Credential = r.Credential
 		er.AllowPrivateAddresses = r.AllowPrivateAddresses
 		if r.PlainHTTP {
 			er.UpstreamTLS = new(bool) // shown only when off
@@ -217,6 +242,19 @@ func (c *Config) Effective() ([]byte, error) {
 		Upstream: []string{}, MaxTTLSeconds: seconds(c.DNSGuard.MaxTTL)}
 	for _, u := range c.DNSGuard.Upstream {
 		e.DNSGuard.Upstream = append(e.DNSGuard.Upstream, u.String())
+	}
+
+	for _, cr := range c.Credentials {
+		if e.Credentials == nil {
+			e.Credentials = map[string]effCredential{}
+		}
+		e.Credentials[cr.Name] = effCredential{Type: cr.Type,
+			AccessKeyIDRef: cr.AccessKeyIDRef, SecretAccessKeyRef: cr.SecretAccessKeyRef, SessionTokenRef: cr.SessionTokenRef,
+			Region: cr.Region, Service: cr.Service,
+			AppID: cr.AppID, PrivateKeyRef: cr.PrivateKeyRef, InstallationID: cr.InstallationID,
+			Repositories: cr.Repositories, Permissions: cr.Permissions, APIURL: cr.APIURL,
+			TokenURL: cr.TokenURL, ClientIDRef: cr.ClientIDRef, ClientSecretRef: cr.ClientSecretRef,
+			Scopes: cr.Scopes, KeyRef: cr.KeyRef}
 	}
 
 	var root yaml.Node

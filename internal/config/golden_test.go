@@ -153,6 +153,10 @@ func comparable(c *Config) Config {
 	cc := *c
 	cc.Warnings = nil
 	cc.Policy.Rules = slices.Clone(c.Policy.Rules)
+	cc.Credentials = slices.Clone(c.Credentials)
+	for i := range cc.Credentials {
+		cc.Credentials[i].Line = 0
+	}
 	for i := range cc.Policy.Rules {
 		r := &cc.Policy.Rules[i]
 		r.RawHost, r.Line = "", 0

@@ -72,6 +72,10 @@ type Config struct {
 	// AddressGuard is the address_guard block (SPEC §5.3): which upstream
 	// addresses BotBox refuses to dial (package addrguard).
 	AddressGuard AddressGuard
+	// Credentials are the named credentials (credentials:), sorted by
+	// name; a rule refers to one by Rule.Credential. Empty, never nil,
+	// after Parse.
+	Credentials []Credential
 	// Warnings are non-fatal findings (e.g. default_action allow).
 	Warnings []Warning
 }
@@ -177,6 +181,10 @@ type Rule struct {
 	// rule whose host is an IP/CIDR or that sets allow_private_addresses,
 	// with allowed_ports.
 	PlainHTTP bool
+	// Credential names the entry of Config.Credentials that authenticates
+	// the requests this rule allows ("" = none). Never set together with
+	// HeaderRewrites or QueryRewrites; only on an allow rule.
+	Credential string
 }
 
 // Route is one routes entry of an allow rule.
@@ -212,15 +220,15 @@ const (
 )
 
 // InjectsSecret reports whether one of the rule's header rewrites fills a
-// secret (a secret_ref), or it has query_rewrites (each fills one): the
-// rules whose responses are scrubbed by default.
+// secret (a secret_ref), it has query_rewrites (each fills one) or a
+// credential: the rules whose responses are scrubbed by default.
 func (r *Rule) InjectsSecret() bool {
 	for i := range r.HeaderRewrites {
 		if r.HeaderRewrites[i].SecretRef != "" {
 			return true
 		}
 	}
-	return len(r.QueryRewrites) > 0
+	return len(r.QueryRewrites) > 0 || r.Credential != ""
 }
 
 // HeaderRewrite is one header_rewrites entry.

@@ -91,6 +91,10 @@ type checker struct {
 	idx      *posIndex
 	problems []*FieldError
 	warnings []Warning
+	// creds are the valid credentials by name (credentials.go), read by
+	// the rules; usedCreds the names some rule uses.
+	creds     map[string]*Credential
+	usedCreds map[string]bool
 }
 
 func (c *checker) errorf(path, format string, args ...any) {
@@ -215,7 +219,13 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 	cfg.UpstreamMaxConnsPerHost = int(c.intIn("upstream_max_conns_per_host", w.UpstreamMaxConnsPerHost, defaultUpstreamMaxConnsPerHost, 1, upstreamMaxConnsPerHostLimit))
 	cfg.UpstreamMaxIdleConns = int(c.intIn("upstream_max_idle_conns", w.UpstreamMaxIdleConns, defaultUpstreamMaxIdleConns, 1, upstreamMaxIdleConnsLimit))
 
+	cfg.Credentials = c.credentials(w.Credentials)
+	c.creds, c.usedCreds = map[string]*Credential{}, map[string]bool{}
+	for i := range cfg.Credentials {
+		c.creds[cfg.Credentials[i].Name] = &cfg.Credentials[i]
+	}
 	cfg.Policy = c.policy(w.EgressPolicy)
+	c.credentialWarnings(cfg.Credentials)
 	cfg.Interception = c.interception(w.HTTPSInterception, cfg)
 	cfg.AddressGuard = c.addressGuard(w.AddressGuard)
 	cfg.Placeholders = c.placeholders(w.Placeholders, cfg)
@@ -405,6 +415,11 @@ func (c *checker) rule(path string, i int, w wireRule) (Rule, bool) {
 		}
 	}
 	c.upstreamTLS(path, label, host, hostOK, &r, w)
+	c.ruleCredential(path, label, &r, w)
+	if r.Credential != "" && r.Action == ActionAllow {
+		r.ScrubResponses = w.ScrubResponses == nil || *w.ScrubResponses
+		r.ScrubAlways = false
+	}
 	return r, hostOK
 }
 

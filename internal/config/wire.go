@@ -43,6 +43,8 @@ type wireConfig struct {
 	AddressGuard      *wireAddressGuard `yaml:"address_guard"`
 	Placeholders      *wirePlaceholders `yaml:"placeholders"`
 	DNSGuard          *wireDNSGuard     `yaml:"dns_guard"`
+	// Credentials are the named credentials rules refer to (credential:).
+	Credentials map[string]wireCredential `yaml:"credentials"`
 }
 
 // wireAddressGuard is address_guard.
@@ -80,6 +82,8 @@ type wireRule struct {
 	ScrubResponses          *bool          `yaml:"scrub_responses"`
 	AllowPrivateAddresses   *bool          `yaml:"allow_private_addresses"`
 	UpstreamTLS             *bool          `yaml:"upstream_tls"`
+	// Credential names an entry of credentials (credentials.go).
+	Credential *string `yaml:"credential"`
 }
 
 // wireRoute is one routes entry of a rule.
@@ -123,4 +127,30 @@ type wireDNSGuard struct {
 	ListenPort    *int64   `yaml:"listen_port"`
 	Upstream      []string `yaml:"upstream"`
 	MaxTTLSeconds *int64   `yaml:"max_ttl_seconds"`
+}
+
+// wireCredential is one entry of credentials; which keys apply depends on
+// its type (credentials.go).
+type wireCredential struct {
+	Type *string `yaml:"type"`
+	// aws_sigv4
+	AccessKeyIDRef     *string `yaml:"access_key_id_ref"`
+	SecretAccessKeyRef *string `yaml:"secret_access_key_ref"`
+	SessionTokenRef    *string `yaml:"session_token_ref"`
+	Region             *string `yaml:"region"`
+	Service            *string `yaml:"service"`
+	// github_app
+	AppID          *int64            `yaml:"app_id"`
+	PrivateKeyRef  *string           `yaml:"private_key_ref"`
+	InstallationID *int64            `yaml:"installation_id"`
+	Repositories   []string          `yaml:"repositories"`
+	Permissions    map[string]string `yaml:"permissions"`
+	APIURL         *string           `yaml:"api_url"`
+	// oauth2_client_credentials
+	TokenURL        *string  `yaml:"token_url"`
+	ClientIDRef     *string  `yaml:"client_id_ref"`
+	ClientSecretRef *string  `yaml:"client_secret_ref"`
+	Scopes          []string `yaml:"scopes"`
+	// google_service_account
+	KeyRef *string `yaml:"key_ref"`
 }

@@ -86,12 +86,13 @@ var allowedInternal = map[string][]string{
 	"mitm":        {"echo", "hostport"},
 	"netfilter":   {},
 	"listener":    {"telemetry"},
-	"proxy":       {"config", "generation", "hostport", "placeholder", "policy", "reqpath", "rewrite", "scrub", "secrets", "telemetry", "upstream"}, // reqpath: Override for the policy's Target
+	"credential":  {"config", "secrets", "telemetry", "upstream"},                                                                                                 // secrets only for the Value type; upstream: the token client's dial policy
+	"proxy":       {"config", "credential", "generation", "hostport", "placeholder", "policy", "reqpath", "rewrite", "scrub", "secrets", "telemetry", "upstream"}, // reqpath: Override for the policy's Target
 	"cli":         {},
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
-	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                                            // hostport: the same canonical name the policy judged
-	"server":      {"addrguard", "admin", "config", "dnsguard", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
+	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                                                          // hostport: the same canonical name the policy judged
+	"server":      {"addrguard", "admin", "config", "credential", "dnsguard", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
 func TestInternalImportRules(t *testing.T) {

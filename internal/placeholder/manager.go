@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +58,7 @@ type Manager struct {
 	retired map[string][]string // ref → earlier placeholders, newest first
 	current map[string]string   // ref → current placeholder
 	warned  map[string]string   // ref → reason last warned
+	aliases map[string]string   // extra env name → ref (SetAliases)
 }
 
 // Open creates dir if needed and loads its key, or makes one. A key file
@@ -173,6 +175,18 @@ func (m *Manager) Update(refs []string, lookup Lookup) error {
 	return m.update(refs, lookup)
 }
 
+// SetAliases sets extra env-file names for the placeholders of some refs
+// (env name → ref): the AWS SDKs read AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY whatever the refs are called
+// (config.PlaceholderAliases). A name that is a ref's own env name, or
+// whose ref has no placeholder, is not written. It takes effect at the
+// next Update or Refresh.
+func (m *Manager) SetAliases(aliases map[string]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.aliases = maps.Clone(aliases)
+}
+
 // Refresh is Update with the refs of the last Update: what a secret
 // rotation calls.
 func (m *Manager) Refresh(lookup Lookup) error {
@@ -224,6 +238,15 @@ func (m *Manager) update(refs []string, lookup Lookup) error {
 		env.WriteString(secretref.EnvName(ref) + "=" + shellQuote(p) + "\n")
 		if err := m.write(ref, p); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	own := map[string]bool{}
+	for _, ref := range refs {
+		own[secretref.EnvName(ref)] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.aliases)) {
+		if p, ok := next[m.aliases[name]]; ok && !own[name] {
+			env.WriteString(name + "=" + shellQuote(p) + "\n")
 		}
 	}
 	if err := m.write(EnvFile, env.String()); err != nil {

@@ -314,3 +314,19 @@ func lowerASCII(b byte) byte {
 type Lookup interface {
 	Lookup(ref string) (secrets.Value, bool)
 }
+
+// Issued reports whether s is exactly a placeholder the process issued for
+// ref, current or retired: what a credential that owns ref accepts in the
+// place it replaces (package credential/awssig: the access key ID the app
+// signs with).
+func (t *Table) Issued(ref, s string) bool {
+	if t == nil || s == "" {
+		return false
+	}
+	for _, e := range t.entries {
+		if e.Ref == ref && e.Placeholder == s {
+			return true
+		}
+	}
+	return false
+}

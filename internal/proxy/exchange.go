@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/botbox/botbox/internal/credential"
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/rewrite"
@@ -58,13 +59,17 @@ type exchange struct {
 	// queryRewritten are the query_rewrites names set (configured names).
 	queryRewritten []string
 	rewriteErr     error
-	upstreamCode   int
-	upstreamAddr   string // IP:port of the connection the request went out on
-	status         int
-	errText        string
-	upgrade        string // the refused Upgrade offer
-	aborted        bool
-	tunnel         *tunnelConn
+	// credential is the name of the rule's credential ("" = none) and
+	// credPrep what its Prepare readied (credential.go).
+	credential   string
+	credPrep     credential.Prepared
+	upstreamCode int
+	upstreamAddr string // IP:port of the connection the request went out on
+	status       int
+	errText      string
+	upgrade      string // the refused Upgrade offer
+	aborted      bool
+	tunnel       *tunnelConn
 	// upgradeTarget and upgradeLimits are what an upgrade tunnel opened
 	// by this request is re-decided on and limited by (tunnellimits.go).
 	upgradeTarget tunnelTarget
@@ -281,6 +286,9 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	)
 	if len(x.rewritten) > 0 {
 		attrs = append(attrs, slog.Any(telemetry.KeyHeaderRewritten, x.rewritten))
+	}
+	if x.credential != "" {
+		attrs = append(attrs, slog.String(telemetry.KeyCredential, x.credential))
 	}
 	if len(x.queryRewritten) > 0 {
 		attrs = append(attrs, slog.Any(telemetry.KeyQueryRewritten, x.queryRewritten))

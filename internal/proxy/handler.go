@@ -81,6 +81,9 @@ type Options struct {
 	// Placeholders, if set, turns on the placeholder swap and the tripwire
 	// (tripwire.go); nil when placeholders are disabled.
 	Placeholders PlaceholderSource
+	// Credentials resolves the rules' credentials (credential.go); nil
+	// when none is configured (a rule naming one then gets 503).
+	Credentials CredentialSource
 }
 
 // Handler is the request pipeline shared by both listeners.
@@ -97,7 +100,8 @@ type Handler struct {
 	connect    connectSetup
 	// placeholders is nil when placeholders are off.
 	placeholders PlaceholderSource
-	scrubs       *scrub.Cache[*secrets.Snapshot]
+	credentials  CredentialSource
+	scrubs       *scrub.Cache[scrubKey]
 }
 
 // defaultTunnelIdle applies when Options.Config has no tunnel idle timeout
@@ -126,7 +130,8 @@ func New(opts Options) (*Handler, error) {
 		connect:    newConnectSetup(opts),
 
 		placeholders: opts.Placeholders,
-		scrubs:       scrub.NewCache[*secrets.Snapshot](scrubCacheSize),
+		credentials:  opts.Credentials,
+		scrubs:       scrub.NewCache[scrubKey](scrubCacheSize),
 	}
 	if h.now == nil {
 		h.now = time.Now
@@ -328,7 +333,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 		}
 		return
 	}
-	if addsToRequest(g.Rewrites(d)) && (reflectsRequest(r.Method) || reqpath.OverridesTo(r.Header, r.URL.RawQuery, reflectsRequest)) {
+	if (addsToRequest(g.Rewrites(d)) || d.Allowed() && d.Rule != nil && d.Rule.Credential != "") && (reflectsRequest(r.Method) || reqpath.OverridesTo(r.Header, r.URL.RawQuery, reflectsRequest)) {
 		x.hostLabel = telemetry.HostDenied
 		h.reject(x, http.StatusForbidden, bodyTraceCredential, telemetry.DecisionDeny, reasonTraceCredential)
 		return
@@ -361,8 +366,15 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	}
 	dp := dialPolicy(g, d, hp.Host)
 	x.setUpstream(hp, d, dp)
-	if x.rewrites != nil || x.scrubOn {
+	if x.rewrites != nil || x.scrubOn || d.Rule != nil && d.Rule.Credential != "" {
 		x.secrets = h.secrets.Snapshot()
+	}
+	var maxBody int64
+	if l := g.Limits(d); l != nil {
+		maxBody = l.MaxBodyBytes
+	}
+	if !h.prepareCredential(r, x, d, dp.Cleartext, maxBody) {
+		return
 	}
 	// GotConn runs for new and reused connections alike, HTTP/1 and
 	// HTTP/2, on the goroutine that calls RoundTrip (this one).
@@ -420,6 +432,7 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 		if x.scrubOn {
 			h.prepareScrub(x, out)
 		}
+		x.applyCredential(out)
 		return
 	}
 	// The query first: ApplyQuery changes nothing on error, and the
@@ -443,6 +456,7 @@ func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
 	if x.scrubOn {
 		h.prepareScrub(x, out)
 	}
+	x.applyCredential(out)
 	if len(names) > 0 {
 		// Counted here, where the decision line's header_rewritten is
 		// decided, so that the metric and the log agree even when the

@@ -116,6 +116,16 @@ type envOpts struct {
 	// report (the dial still goes to the origin): the address guard judges
 	// it (addrguard_test.go).
 	peer netip.AddrPort
+	// rules, when set, replaces testConfig's rules (YAML list items
+	// indented for egress_policy.rules); names are extra DNS names of the
+	// origin's certificate (credential_test.go).
+	rules string
+	names []string
+	// credentials builds a credential broker from the config's
+	// credentials (credential_test.go), reaching token endpoints with
+	// tokenClient.
+	credentials bool
+	tokenClient *http.Client
 }
 
 func newEnv(t *testing.T, o envOpts) *testEnv {
@@ -141,7 +151,8 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 		e.origin.Start()
 	} else {
 		e.origin.EnableHTTP2 = o.http2Origin
-		e.origin.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "api.example.test", "ports.example.test", "bare.example.test", "nosecret.example.test", "blocked.example.test", "noscrub.example.test", "query.example.test", "127.0.0.1")}}
+		names := append([]string{"api.example.test", "ports.example.test", "bare.example.test", "nosecret.example.test", "blocked.example.test", "noscrub.example.test", "query.example.test", "127.0.0.1"}, o.names...)
+		e.origin.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, names...)}}
 		e.origin.StartTLS()
 	}
 	t.Cleanup(e.origin.Close)
@@ -150,12 +161,16 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 
 	e.secretDir = t.TempDir()
 	e.writeSecret("api-key", "sk-test-12345\n")
-	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, e.secretDir, o.extraConfig, o.defaultAction)))
+	text := fmt.Sprintf(testConfig, e.secretDir, o.extraConfig, o.defaultAction)
+	if o.rules != "" {
+		text = fmt.Sprintf("secrets_dir: %s\n%s\negress_policy:\n  default_action: %s\n  rules:\n%s", e.secretDir, o.extraConfig, o.defaultAction, o.rules)
+	}
+	cfg, err := config.Parse([]byte(text))
 	if err != nil {
 		t.Fatalf("config.Parse: %v", err)
 	}
 	logger := telemetry.NewLogger(e.logs, nil)
-	e.store, err = secrets.Open(secrets.Options{Dir: e.secretDir, Required: cfg.RequiredSecretRefs(), Debounce: 20 * time.Millisecond, Resync: time.Hour, Logger: logger})
+	e.store, err = secrets.Open(secrets.Options{Dir: e.secretDir, Required: cfg.ReadySecretRefs(), Debounce: 20 * time.Millisecond, Resync: time.Hour, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +205,9 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 	opts := Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now, Placeholders: o.placeholders}
 	if o.connectTLS {
 		opts.ConnectTLS = e.connectTLS()
+	}
+	if o.credentials {
+		opts.Credentials = e.newBroker(cfg, o.tokenClient)
 	}
 	e.handler, err = New(opts)
 	if err != nil {

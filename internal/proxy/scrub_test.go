@@ -540,3 +540,16 @@ func TestDecodeZstdWindowBounded(t *testing.T) {
 		t.Fatalf("decoded %q from a 64 MiB-window stream, want an error", got)
 	}
 }
+
+// TestScrubAWSChunkedIsIdentity: a response whose Content-Encoding names
+// aws-chunked (an S3-compatible store echoing an object's upload framing)
+// is scanned as the plain bytes it is: 200, the secret masked.
+func TestScrubAWSChunkedIsIdentity(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	echoOrigin(e)
+	resp, body := e.get("api.example.test", "/echo/encoded/aws-chunked", nil)
+	if resp.StatusCode != http.StatusOK || revealsSecret(body) || !strings.Contains(body, "Authorization") {
+		t.Fatalf("got %d %q, want 200 with the echo masked", resp.StatusCode, body)
+	}
+}

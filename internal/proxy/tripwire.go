@@ -84,6 +84,12 @@ func (h *Handler) tripHead(r *http.Request, x *exchange, hp hostport.HostPort, g
 	if d.Allowed() && d.Rule != nil {
 		set = g.Rewrites(d)
 	}
+	accepts := set.HeaderAccepts
+	if c, _ := h.ruleCredential(d); c != nil {
+		// The credential replaces these headers whole (the signature
+		// the app made with its placeholder key).
+		accepts = func(name, ref string) bool { return c.AcceptsPlaceholder(name, ref) || set.HeaderAccepts(name, ref) }
+	}
 	if ref, found := t.InspectName(hp.Host); found {
 		h.tripped(x, tripInfo{ref: ref, foundIn: telemetry.FoundInHost, form: placeholder.FormLiteral}, d)
 		return true
@@ -92,7 +98,7 @@ func (h *Handler) tripHead(r *http.Request, x *exchange, hp hostport.HostPort, g
 		h.tripped(x, info, d)
 		return true
 	}
-	if info, found := findInHead(t, set, r.URL, r.Header); found {
+	if info, found := findInHead(t, set, accepts, r.URL, r.Header); found {
 		h.tripped(x, info, d)
 		return true
 	}
@@ -112,7 +118,10 @@ func (h *Handler) tripHead(r *http.Request, x *exchange, hp hostport.HostPort, g
 // placeholder outside the places set replaces with that placeholder's
 // secret. FuzzFindInHead holds that when it finds nothing, the query
 // rewrite.Set.ApplyQuery forwards holds no placeholder in any spelling.
-func findInHead(t *placeholder.Table, set *rewrite.Set, target *url.URL, hdr http.Header) (tripInfo, bool) {
+//
+// accepts judges a header (set.HeaderAccepts, widened by the rule's
+// credential).
+func findInHead(t *placeholder.Table, set *rewrite.Set, accepts placeholder.HeaderAllowed, target *url.URL, hdr http.Header) (tripInfo, bool) {
 	u := *target
 	kept, replaced := set.SplitQuery(u.RawQuery)
 	u.RawQuery = kept
@@ -124,7 +133,7 @@ func findInHead(t *placeholder.Table, set *rewrite.Set, target *url.URL, hdr htt
 			return tripInfo{ref: ref, foundIn: telemetry.FoundInURL, form: form}, true
 		}
 	}
-	if ref, form, found := t.FindHeader(hdr, set.HeaderAccepts); found {
+	if ref, form, found := t.FindHeader(hdr, accepts); found {
 		return tripInfo{ref: ref, foundIn: telemetry.FoundInHeader, form: form}, true
 	}
 	return tripInfo{}, false

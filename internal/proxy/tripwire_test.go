@@ -623,7 +623,7 @@ func FuzzFindInHead(f *testing.F) {
 			return
 		}
 		u := &url.URL{Path: "/v1", RawQuery: raw}
-		if _, found := findInHead(tab, set, u, http.Header{}); found {
+		if _, found := findInHead(tab, set, set.HeaderAccepts, u, http.Header{}); found {
 			return
 		}
 		out, _, err := set.ApplyQuery(raw, secrets)

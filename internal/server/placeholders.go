@@ -26,7 +26,8 @@ func (s *Server) openPlaceholders(cfg *config.Config) error {
 	if err != nil {
 		return fmt.Errorf("placeholders.dir %s: %w", cfg.Placeholders.Dir, err)
 	}
-	if err := m.Update(cfg.RequiredSecretRefs(), s.store.Snapshot()); err != nil {
+	m.SetAliases(cfg.PlaceholderAliases())
+	if err := m.Update(cfg.PlaceholderRefs(), s.store.Snapshot()); err != nil {
 		return fmt.Errorf("placeholders.dir %s: %w", cfg.Placeholders.Dir, err)
 	}
 	s.placeholders = m
@@ -57,11 +58,13 @@ func (s *Server) refreshPlaceholders() {
 	}
 }
 
-// updatePlaceholders follows a configuration reload's secret_refs.
-func (s *Server) updatePlaceholders(refs []string) {
+// updatePlaceholders follows a configuration reload's secret_refs (and
+// the AWS env names of its credentials).
+func (s *Server) updatePlaceholders(refs []string, aliases map[string]string) {
 	if s.placeholders == nil {
 		return
 	}
+	s.placeholders.SetAliases(aliases)
 	if err := s.placeholders.Update(refs, s.store.Snapshot()); err != nil {
 		s.logger.Error("placeholder files could not be updated; the tripwire uses the new placeholders", slog.String(telemetry.KeyError, err.Error()))
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/botbox/botbox/internal/config"
@@ -151,16 +152,21 @@ func (s *Server) Reload(trigger string) error {
 	if err != nil {
 		return s.reloadFailed(trigger, err)
 	}
+	if !slices.EqualFunc(s.cfg.Credentials, cfg.Credentials, config.SameCredential) {
+		// The broker's credentials (tokens minted, revoked at shutdown)
+		// are made once, at start.
+		return s.reloadFailed(trigger, errors.New("the credentials block changed: restart BotBox to apply it (the running credentials stay)"))
+	}
 	// Commit: what depends on the new configuration first, the policy
 	// last, so that nothing observes the new policy before the rest of
 	// the reload (required secrets, placeholder table and files, log
 	// level, the success metric) is in place (TestReloadCommitsPolicyLast).
 	// SetRequired is the one step that may still refuse; it changes
 	// nothing when it does.
-	if err := s.store.SetRequired(cfg.RequiredSecretRefs()); err != nil {
+	if err := s.store.SetRequired(cfg.ReadySecretRefs()); err != nil {
 		return s.reloadFailed(trigger, err)
 	}
-	s.updatePlaceholders(cfg.RequiredSecretRefs())
+	s.updatePlaceholders(cfg.PlaceholderRefs(), cfg.PlaceholderAliases())
 	if s.opts.LogLevel != nil {
 		s.opts.LogLevel.Set(cfg.LogLevel)
 	}

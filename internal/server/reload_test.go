@@ -174,7 +174,9 @@ func TestReloadReportsRestartKeys(t *testing.T) {
 // must report no restart key; every other field must report one, so a new
 // baked field cannot silently be ignored at reload.
 func TestRestartKeysCoverConfig(t *testing.T) {
-	live := map[string]bool{"Policy": true, "Warnings": true, "LogLevel": true, "Interception.EnforceSNIHostMatch": true, "AddressGuard": true}
+	// Credentials are not applied at reload but refused when changed
+	// (TestReloadRefusesChangedCredentials), so no restart key either.
+	live := map[string]bool{"Policy": true, "Warnings": true, "LogLevel": true, "Interception.EnforceSNIHostMatch": true, "AddressGuard": true, "Credentials": true}
 	base, err := config.Parse([]byte("egress_policy:\n  rules:\n    - host: a.example\n      action: allow\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,8 @@ import (
 
 	"github.com/botbox/botbox/internal/admin"
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/credential"
+	"github.com/botbox/botbox/internal/credential/broker"
 	"github.com/botbox/botbox/internal/dnsguard"
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/listener"
@@ -134,6 +136,7 @@ type Server struct {
 	gen          *generation.Current // the policy generation in force
 	transport    *upstream.Transport // upstream; its idle connections close at reload
 	dns          *dnsguard.Guard     // nil unless dns_guard.enabled
+	broker       *broker.Broker      // nil when no credential is configured
 	dnsPCs       []net.PacketConn    // bound by bind, served by Run
 	dnsLns       []net.Listener
 
@@ -192,7 +195,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 
 	store, err := secrets.Open(secrets.Options{
 		Dir:      cfg.SecretsDir,
-		Required: cfg.RequiredSecretRefs(),
+		Required: cfg.ReadySecretRefs(),
 		Debounce: cfg.SecretsReloadDebounce,
 		Resync:   cfg.SecretsResyncInterval,
 		Logger:   telemetry.WithTarget(opts.Logger, telemetry.TargetSecrets),
@@ -230,13 +233,21 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.transport = tr
+	var creds proxy.CredentialSource
+	if len(cfg.Credentials) > 0 {
+		if s.broker, err = s.newBroker(cfg, store, tr); err != nil {
+			return nil, err
+		}
+		creds = s.broker
+	}
 	s.handler, err = proxy.New(proxy.Options{
-		Config:     cfg,
-		Generation: s.gen,
-		Secrets:    store,
-		Transport:  tr,
-		Metrics:    s.metrics,
-		Logger:     telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
+		Credentials: creds,
+		Config:      cfg,
+		Generation:  s.gen,
+		Secrets:     store,
+		Transport:   tr,
+		Metrics:     s.metrics,
+		Logger:      telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
 		// CONNECT on the plain listener is intercepted when interception
 		// is on; s.interceptor is set below, before anything is served.
 		ConnectTLS: func() *tls.Config {
@@ -292,7 +303,27 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 // Ready reports what /healthz answers: secrets present, listeners bound,
 // no listener failed, and not shutting down.
 func (s *Server) Ready() bool {
-	return s.secretsReady.Load() && s.serving.Load() && !s.failed.Load() && !s.draining.Load()
+	return s.secretsReady.Load() && s.serving.Load() && !s.failed.Load() && !s.draining.Load() && s.broker.Ready()
+}
+
+// newBroker builds the credentials of cfg. Token endpoints are reached
+// through tr (verified TLS) under the address guard in force, like any
+// upstream, with no rule's exceptions.
+func (s *Server) newBroker(cfg *config.Config, store *secrets.Store, tr http.RoundTripper) (*broker.Broker, error) {
+	b, err := broker.New(broker.Options{
+		Credentials: cfg.Credentials,
+		Secrets:     func() credential.Lookup { return store.Snapshot() },
+		Client: broker.NewClient(tr, func(host string) upstream.DialPolicy {
+			g := s.gen.Load()
+			return upstream.DialPolicy{Host: host, Guard: g.AddrGuard, Unguarded: g.AddrGuardOff}
+		}),
+		Registerer: s.metrics.Registry,
+		Logger:     telemetry.WithTarget(s.opts.Logger, telemetry.TargetCredentials),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configuring credentials: %w", err)
+	}
+	return b, nil
 }
 
 // Bound is closed once Run has bound every listener or failed to; Addrs
@@ -377,6 +408,19 @@ func (s *Server) Run(ctx context.Context) (err error) {
 		}
 	}()
 	defer func() { stopWatch(); <-watchDone }()
+	if s.broker != nil {
+		// Stopped after the drain (defers run last-in first-out): the
+		// requests in flight keep their token, then the tokens are revoked.
+		brokerCtx, stopBroker := context.WithCancel(context.WithoutCancel(ctx))
+		brokerDone := make(chan struct{})
+		go func() {
+			defer close(brokerDone)
+			if err := s.broker.Run(brokerCtx); err != nil {
+				s.logger.Warn("credential revocation failed at shutdown", slog.String(telemetry.KeyError, err.Error()))
+			}
+		}()
+		defer func() { stopBroker(); <-brokerDone }()
+	}
 	reportDone := make(chan struct{})
 	go func() { defer close(reportDone); s.reportLoop(watchCtx) }()
 	defer func() { stopWatch(); <-reportDone }()

@@ -80,6 +80,11 @@ const (
 	KeyPlaceholders = "placeholders"
 )
 
+// KeyCredential is the name of the rule's credential (config
+// credentials.<name>) on a decision line, and of the credential on its
+// refresh lines; never a key or a token.
+const KeyCredential = "credential"
+
 // Keys of `botbox webhook`'s admission review line.
 const (
 	KeyEndpoint  = "endpoint"  // mutate or validate

@@ -34,6 +34,12 @@ const (
 	// host whose rule does not reference its secret (403 credential not
 	// allowed for this host), in any mode.
 	DecisionDeniedTripwire = "denied_tripwire"
+	// DecisionDeniedCredential: the rule's credential could not
+	// authenticate the request: the app signed it with a key that is not
+	// its placeholder (403 credential_refused), no valid token could be
+	// minted (503 credential_unavailable) or a secret file it needs is
+	// missing (500 secret_missing).
+	DecisionDeniedCredential = "denied_credential"
 )
 
 // EventSecretTripwire is the event field of the ERROR line of a placeholder

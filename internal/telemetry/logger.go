@@ -23,6 +23,9 @@ const (
 	TargetProxy        = "botbox::proxy"
 	TargetInterception = "botbox::https_interception"
 	TargetSecrets      = "botbox::secrets"
+	// TargetCredentials: token mints, failures and revocations of the
+	// minted credentials (names only, never a token).
+	TargetCredentials = "botbox::credentials"
 )
 
 // NewLogger returns a logger writing one JSON object per line to w, with the

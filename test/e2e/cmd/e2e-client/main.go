@@ -80,7 +80,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 // opts are the flags shared by every mode.
 type opts struct {
 	url, method, host, sni, cacert, proxy, data string
-	src                                         string
+	src, sigv4                                  string
 	device, via                                 string
 	addrs, headers                              listFlag
 	payload, headerOf, stopValue                string
@@ -128,6 +128,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.overTCP, "tcp", false, "dns: query over TCP")
 	fs.IntVar(&o.frames, "frames", 10, "ws: frames to send")
 	fs.IntVar(&o.size, "size", 500, "ws: payload bytes per frame (< 65536)")
+	fs.StringVar(&o.sigv4, "sigv4", "", "http: SERVICE/REGION: sign the request with SigV4 and AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment, as an AWS SDK does")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -277,6 +278,11 @@ func newRequest(o opts) (*http.Request, error) {
 	}
 	if o.host != "" {
 		req.Host = o.host
+	}
+	if o.sigv4 != "" {
+		if err := signV4(req, o.sigv4, []byte(o.data)); err != nil {
+			return nil, err
+		}
 	}
 	return req, nil
 }

@@ -118,6 +118,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	control := fs.String("control", "", "unix socket for the event record")
 	gitRoot := fs.String("git-root", "", "directory of the repositories served by git http-backend under /git/")
 	gitAuthFile := fs.String("git-auth-file", "", "file holding the exact Authorization value /git/ requires")
+	awsVerifyFile := fs.String("aws-verify", "", "JSON keys /aws/ verifies SigV4 with (credentials.go)")
+	githubAppFile := fs.String("github-app", "", "JSON GitHub App the /app/, /installation/ and /gh/ API serves (credentials.go)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -135,6 +137,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		o.git = gitHandler(*gitRoot, strings.TrimSpace(string(auth)))
 	}
+	creds, err := loadCredentialServices(*awsVerifyFile, *githubAppFile)
+	if err != nil {
+		logger.Print(err)
+		return 2
+	}
+	o.creds = creds
 	answers, err := parseDNSAnswers(dnsAnswer)
 	if err != nil {
 		logger.Print(err)
@@ -199,6 +207,7 @@ type origin struct {
 	gates   map[string]chan struct{} // /sse/ID streams waiting for POST /release?id=ID
 	kv      kvStore                  // /kv/ (apps.go)
 	git     http.Handler             // /git/ with -git-root (apps.go), else nil
+	creds   *credentialServices      // /aws/, /app/, /installation/, /gh/ (credentials.go)
 }
 
 // sseHold is how long an /sse/ stream waits for its release before it goes
@@ -391,6 +400,9 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 	if o.dispatch(w, r) {
 		return
 	}
+	if o.creds != nil && o.creds.serve(w, r, func() { o.writeEcho(w, r, ev) }) {
+		return
+	}
 	if id, ok := strings.CutPrefix(r.URL.Path, "/sse/"); ok {
 		o.serveSSE(w, r, id)
 		return
@@ -403,6 +415,12 @@ func (o *origin) echo(w http.ResponseWriter, r *http.Request) {
 		o.serveStreamEcho(w, r, id)
 		return
 	}
+	o.writeEcho(w, r, ev)
+}
+
+// writeEcho answers the JSON description of the request (its headers,
+// Authorization included: an API that echoes what it received).
+func (o *origin) writeEcho(w http.ResponseWriter, r *http.Request, ev wire.Event) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(wire.Echo{Seq: ev.Seq, Method: r.Method, Path: r.URL.Path, Host: r.Host, TLS: r.TLS != nil, Headers: r.Header})
 }
