@@ -89,6 +89,7 @@ var allowedInternal = map[string][]string{
 	"credential":  {"config", "secrets", "telemetry", "upstream"},                                                                                                 // secrets only for the Value type; upstream: the token client's dial policy
 	"proxy":       {"config", "credential", "generation", "hostport", "placeholder", "policy", "reqpath", "rewrite", "scrub", "secrets", "telemetry", "upstream"}, // reqpath: Override for the policy's Target
 	"cli":         {},
+	"localmode":   {"config", "mitm", "placeholder", "secretref", "server", "telemetry"}, // server: the sidecar's pipeline, fed the listeners made in the command's namespace
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
 	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                                                          // hostport: the same canonical name the policy judged
