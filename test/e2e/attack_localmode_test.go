@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Attacks on local mode (`botbox exec`, issue 22) from the confined
+// command, a hostile agent running as the same user (attack playbook §13):
+// each test fails when the way out, or into BotBox, exists. The ways that
+// held stay as regression tests.
+
+// attackProbeScript is run by python3 inside botbox exec (or outside, as a
+// control) and prints one JSON object: for each probe "ok" or the errno
+// name it failed with. argv[1] is the name of an abstract Unix socket to
+// connect to.
+const attackProbeScript = `
+import ctypes, errno, json, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *args):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return r, ctypes.get_errno()
+def name(e):
+    return errno.errorcode.get(e, str(e))
+def res(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return name(e.errno)
+def sock(*a):
+    return lambda: socket.socket(*a).close()
+def abstract():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    s.connect("\0" + sys.argv[1])
+out = {}
+out["abstract"] = res(abstract)
+out["vsock_stream"] = res(sock(40, socket.SOCK_STREAM))  # AF_VSOCK
+out["vsock_seqpacket"] = res(sock(40, socket.SOCK_SEQPACKET))
+out["packet"] = res(sock(socket.AF_PACKET, socket.SOCK_RAW, 0x0300))
+out["raw"] = res(sock(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+out["raw6"] = res(sock(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6))
+params = ctypes.create_string_buffer(120)
+r, e = sc(425, 4, params)  # io_uring_setup: its IORING_OP_SOCKET makes sockets seccomp never sees
+out["io_uring"] = "ok" if r >= 0 else name(e)
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(8)
+local = iovec(ctypes.cast(buf, ctypes.c_void_p), 8)
+remote = iovec(0x400000, 8)
+r, e = sc(310, 1, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)  # process_vm_readv of PID 1
+out["process_vm_readv"] = "ok" if r >= 0 else name(e)
+pidfd, e = sc(434, 1, 0)  # pidfd_open(1)
+if pidfd < 0:
+    out["pidfd_getfd"] = "pidfd_open:" + name(e)
+else:
+    got = "EBADF"
+    for fd in range(3, 32):  # the helper's socket pair, its listeners
+        r, e = sc(438, pidfd, fd, 0)  # pidfd_getfd
+        if r >= 0:
+            got = "ok"
+            break
+        if e != errno.EBADF:
+            got = name(e)
+            break
+    out["pidfd_getfd"] = got
+for n in ["fd", "root", "cwd", "map_files"]:
+    out["proc1_" + n] = res(lambda: os.listdir("/proc/1/" + n))
+for n in ["maps", "environ", "mem", "auxv", "syscall", "stack"]:
+    out["proc1_" + n] = res(lambda: open("/proc/1/" + n, "rb").read(1))
+print(json.dumps(out))
+`
+
+// runAttackProbes runs attackProbeScript inside botbox exec as the local
+// user and returns its answers.
+func (l *local) runAttackProbes(t *testing.T, abstractName string) map[string]string {
+	t.Helper()
+	script := filepath.Join(l.p.dir, "attack-probes.py")
+	writeFile(t, script, []byte(attackProbeScript), 0o644)
+	r := l.mustExec(t, nil, []string{"--quiet"}, "python3", script, abstractName)
+	var got map[string]string
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &got); err != nil {
+		t.Fatalf("the probes printed %q: %v\nstderr:\n%s", r.stdout, err, r.stderr)
+	}
+	return got
+}
+
+// TestAttackLocalModeSocketsAndHelper (§13, §10 of the playbook): from
+// inside, the machine's abstract Unix sockets (a stand-in for the session
+// D-Bus's or an X server's @-socket, listening in the machine's network
+// namespace as the same user) are not reachable; raw and packet sockets
+// are refused (no CAP_NET_RAW); the helper (PID 1, holding the socket
+// pair and the listeners) gives nothing: process_vm_readv, pidfd_getfd
+// of its descriptors and its /proc entries fail. A user namespace the
+// command makes itself gives it no power over its network namespace: the
+// routes and the rules stay, and a direct connection still fails.
+func TestAttackLocalModeSocketsAndHelper(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
+	abstract := "botbox-attack-" + randomHex(t, 6)
+	srv := startProc(t, "abstract-listener", l.p.dir, nil, l.userArgv(nil, "python3", "-c", `
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\0" + sys.argv[1]); s.listen(8)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept(); print("connected", flush=True); c.close()
+`, abstract)...)
+	if !waitFor(startupTimeout, func() bool { return strings.Contains(srv.logs(), "ready") }) {
+		t.Fatalf("abstract listener did not start: %s", srv.logs())
+	}
+	// Control: the same user outside reaches it (else "refused" below
+	// proves nothing).
+	ctl := runArgv(t, l.userArgv(nil, "python3", "-c", `import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect("\0" + sys.argv[1]); print("ok")`, abstract))
+	if strings.TrimSpace(ctl.stdout) != "ok" {
+		t.Fatalf("control: the user outside cannot reach the abstract socket: %s %s", ctl.stdout, ctl.stderr)
+	}
+	got := l.runAttackProbes(t, abstract)
+	t.Logf("probes: %v", got)
+	if got["abstract"] == "ok" || strings.Count(srv.logs(), "connected") != 1 {
+		t.Errorf("the command reached the machine's abstract socket @%s (%s):\n%s", abstract, got["abstract"], srv.logs())
+	}
+	for _, k := range []string{"packet", "raw", "raw6", "process_vm_readv", "pidfd_getfd"} {
+		if got[k] != "EPERM" {
+			t.Errorf("%s: %q, want EPERM", k, got[k])
+		}
+	}
+	for k, v := range got {
+		if strings.HasPrefix(k, "proc1_") && v == "ok" {
+			t.Errorf("/proc/1/%s (the helper) is readable by the command", strings.TrimPrefix(k, "proc1_"))
+		}
+	}
+
+	p := l.p
+	mark := p.mark(t)
+	r := l.mustExec(t, nil, []string{"--quiet"}, "sh", "-c", `
+unshare -Ur ip route del default 2>/dev/null && echo ROUTE-DELETED
+unshare -Ur ip -6 route del default 2>/dev/null && echo ROUTE6-DELETED
+unshare -Ur nft flush ruleset 2>/dev/null && echo RULES-FLUSHED
+unshare -Ur ip link set lo down 2>/dev/null && echo LO-DOWN
+unshare -Ur ip link add botbox-d0 type dummy 2>/dev/null && echo LINK-ADDED
+unshare -Urn sh -c 'ip link set lo up && echo OWN-NETNS'
+`+p.bins.client+` tcp -addr `+p.addr4(8443).String()+` -connect-timeout 1s
+true`)
+	for _, bad := range []string{"ROUTE-DELETED", "ROUTE6-DELETED", "RULES-FLUSHED", "LO-DOWN", "LINK-ADDED"} {
+		if strings.Contains(r.stdout, bad) {
+			t.Errorf("a user namespace of the command's own changed its network namespace (%s):\n%s", bad, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stdout, "OWN-NETNS") {
+		t.Errorf("control: the command could not make a network namespace of its own (the refusals above prove nothing):\n%s\n%s", r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stdout, `"connected":true`) {
+		t.Errorf("direct TCP connected after the attempts:\n%s", r.stdout)
+	}
+	p.assertNoTCP(t, mark, p.addr4(8443))
+	l.assertNoLeftovers(t)
+}
