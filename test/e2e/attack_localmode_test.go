@@ -160,3 +160,30 @@ true`)
 	p.assertNoTCP(t, mark, p.addr4(8443))
 	l.assertNoLeftovers(t)
 }
+
+// TestAttackLocalModeUnconfinedSockets (§13, "a packet out that did not
+// pass BotBox"): AF_VSOCK is not confined by the network namespace: on a
+// VM (this CI machine is one: /dev/vsock) a vsock socket reaches the
+// hypervisor's services (CID 2) and every vsock listener of the machine
+// from any namespace. io_uring's IORING_OP_SOCKET makes sockets without the
+// socket system call, so a filter on socket alone would not hold. Both are
+// refused inside botbox exec. The connect itself is not tried: the only
+// vsock peer here is the VM's host, outside what a test may reach; the
+// socket's creation is the hole (outside, the same user creates one).
+func TestAttackLocalModeUnconfinedSockets(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
+	ctl := runArgv(t, l.userArgv(nil, "python3", "-c", `
+import socket
+try:
+    socket.socket(40, socket.SOCK_STREAM).close(); print("ok")
+except OSError as e:
+    print(e.errno)`))
+	t.Logf("control: socket(AF_VSOCK) outside botbox exec: %s", strings.TrimSpace(ctl.stdout))
+	got := l.runAttackProbes(t, "botbox-attack-none")
+	for _, k := range []string{"vsock_stream", "vsock_seqpacket", "io_uring"} {
+		if got[k] != "EPERM" {
+			t.Errorf("%s inside botbox exec: %q, want EPERM (the command filter)", k, got[k])
+		}
+	}
+}
