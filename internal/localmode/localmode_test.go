@@ -338,6 +338,61 @@ func TestRemoveStale(t *testing.T) {
 	}
 }
 
+// TestRunDirPrivateBase: a run's private directory lies in the user's
+// directory of every run's private directories, which hiddenPaths covers
+// whole (another run's keys are hidden too); that directory is made 0700
+// and refused when it is a link or open to others; removing the run
+// leaves it, empty.
+func TestRunDirPrivateBase(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	getenv := func(k string) string {
+		if k == "XDG_RUNTIME_DIR" {
+			return base
+		}
+		return ""
+	}
+	run, err := newRunDir(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBase := filepath.Join(base, privateBaseName())
+	if run.privateBase != wantBase || filepath.Dir(run.private) != wantBase || filepath.Base(run.private) != filepath.Base(run.root) {
+		t.Errorf("private %s in %s, want %s/%s", run.private, run.privateBase, wantBase, filepath.Base(run.root))
+	}
+	if fi, err := os.Stat(wantBase); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("private base: %v %v, want mode 0700", fi, err)
+	}
+	hide, err := hiddenPaths(&config.Config{}, Options{ConfigPath: filepath.Join(base, "config.yaml")}, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(hide, wantBase) {
+		t.Errorf("hiddenPaths = %q, want the private base %s covered whole", hide, wantBase)
+	}
+	run.remove()
+	if entries, err := os.ReadDir(wantBase); err != nil || len(entries) != 0 {
+		t.Errorf("after remove the private base holds %v (%v), want it empty", entries, err)
+	}
+	if _, err := os.Stat(run.root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("run root left: %v", err)
+	}
+
+	for name, mk := range map[string]func(p string) error{
+		"a link":         func(p string) error { return os.Symlink(t.TempDir(), p) },
+		"open to others": func(p string) error { return errors.Join(os.Mkdir(p, 0o755), os.Chmod(p, 0o755)) },
+		"a file":         func(p string) error { return os.WriteFile(p, nil, 0o600) },
+	} {
+		p := filepath.Join(t.TempDir(), "private")
+		if err := mk(p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ensurePrivateBase(p); err == nil {
+			t.Errorf("a private base that is %s was accepted", name)
+		}
+	}
+}
+
 func TestChannelPassesDescriptors(t *testing.T) {
 	t.Parallel()
 	a, b, err := socketPair()

@@ -333,24 +333,41 @@ func serverSockets(cfg *config.Config) []SocketSpec {
 	return out
 }
 
-// runDir is this run's directory: public (the trust bundle, visible to
-// the command) and private (the CA key, the placeholder key; covered).
-type runDir struct{ root, public, private string }
+// runDir is this run's directories: root, with public (the trust bundle,
+// visible to the command), and private (the CA key, the placeholder key)
+// in privateBase, the user's directory of every run's private directory.
+// Every run covers privateBase whole, not only its own private directory:
+// the command of one run must not read the keys of another run of the
+// same user, started before it or while it runs.
+type runDir struct{ root, public, private, privateBase string }
+
+// privateBaseName is privateBase under the run directories' base, one per
+// user (the base may be a shared temporary directory). It does not match
+// the botbox-exec-PID-* pattern of removeStale, and it is never removed:
+// removing it while another run covers it would detach that run's cover,
+// and the next run's private directory would be visible to that command.
+func privateBaseName() string { return "botbox-private-" + strconv.Itoa(os.Getuid()) }
 
 // newRunDir makes $XDG_RUNTIME_DIR/botbox-exec-PID-* (else under the temp
-// directory), mode 0700, after removing the directories of earlier runs
-// whose BotBox is gone (a SIGKILL leaves its directory behind).
+// directory), mode 0700, and its private directory of the same name in
+// privateBase, after removing the directories of earlier runs whose
+// BotBox is gone (a SIGKILL leaves them behind).
 func newRunDir(getenv func(string) string) (*runDir, error) {
 	base := getenv("XDG_RUNTIME_DIR")
 	if fi, err := os.Stat(base); base == "" || err != nil || !fi.IsDir() {
 		base = os.TempDir()
 	}
+	privateBase, err := ensurePrivateBase(filepath.Join(base, privateBaseName()))
+	if err != nil {
+		return nil, err
+	}
 	removeStale(base)
+	removeStale(privateBase)
 	root, err := os.MkdirTemp(base, "botbox-exec-"+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("making the run directory: %w", err)
 	}
-	r := &runDir{root: root, public: filepath.Join(root, "public"), private: filepath.Join(root, "private")}
+	r := &runDir{root: root, public: filepath.Join(root, "public"), private: filepath.Join(privateBase, filepath.Base(root)), privateBase: privateBase}
 	for _, d := range []string{r.public, r.private} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			r.remove()
@@ -360,7 +377,28 @@ func newRunDir(getenv func(string) string) (*runDir, error) {
 	return r, nil
 }
 
-func (r *runDir) remove() { _ = os.RemoveAll(r.root) }
+// ensurePrivateBase makes dir (0700) unless it exists, and checks that it
+// is a directory of this user, not a link, with no access for others.
+func ensurePrivateBase(dir string) (string, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("making the directory of the runs' private keys: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "", fmt.Errorf("checking the directory of the runs' private keys: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		return "", fmt.Errorf("%s must be a directory of user %d with mode 0700 (not a link): remove it", dir, os.Getuid())
+	}
+	return dir, nil
+}
+
+func (r *runDir) remove() {
+	_ = os.RemoveAll(r.root)
+	if r.private != "" {
+		_ = os.RemoveAll(r.private)
+	}
+}
 
 // removeStale removes base/botbox-exec-PID-* directories of this user
 // whose PID no longer runs.
@@ -479,12 +517,12 @@ func trustBundle(caPEM []byte) ([]byte, error) {
 }
 
 // hiddenPaths are what the command must not see: secrets_dir, the CA key,
-// the config file, the run's private directory, the placeholders
+// the config file, every run's private directory (privateBase), the placeholders
 // directory the config names and the log file (the command could forge
 // decision lines that `botbox suggest` turns into policy). Each is made
 // absolute and symlink-free, so the mount covers what BotBox reads.
 func hiddenPaths(cfg *config.Config, o Options, run *runDir) ([]string, error) {
-	paths := []string{cfg.SecretsDir, cfg.Interception.CAKeyPath, o.ConfigPath, run.private}
+	paths := []string{cfg.SecretsDir, cfg.Interception.CAKeyPath, o.ConfigPath, run.privateBase}
 	if o.LogPath != "" {
 		paths = append(paths, o.LogPath)
 	}

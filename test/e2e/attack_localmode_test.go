@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Attacks on local mode (`botbox exec`, issue 22) from the confined
@@ -186,4 +189,52 @@ except OSError as e:
 			t.Errorf("%s inside botbox exec: %q, want EPERM (the command filter)", k, got[k])
 		}
 	}
+}
+
+// TestAttackLocalModeOtherRunsPrivate (§13: the secrets, the CA key): two
+// agents of the same user run side by side. Each run hides its own private
+// directory (its CA key, the placeholders' key) from its command, but the
+// other run's lies in the same $XDG_RUNTIME_DIR, readable by the same
+// user: the command of run B must see no key of run A, neither of a run
+// started before it nor of one started while it runs.
+func TestAttackLocalModeOtherRunsPrivate(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}, placeholders: true})
+	before := l.startExec(t, "botbox-exec-run-before", "sh", "-c", "echo ready; exec sleep 30")
+	// B waits until three runs exist (before, itself, after), then reads
+	// every file it finds that holds a private key or is named like one.
+	thief := l.startExec(t, "botbox-exec-thief", "sh", "-c", `echo ready
+i=0; while [ "$(ls -d "$XDG_RUNTIME_DIR"/botbox-exec-[0-9]* 2>/dev/null | wc -l)" -lt 3 ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+echo runs $(ls -d "$XDG_RUNTIME_DIR"/botbox-exec-[0-9]* | wc -l)
+find "$XDG_RUNTIME_DIR" -type f 2>/dev/null | while read -r f; do
+  case "$f" in *.key) cat "$f" >/dev/null 2>&1 && echo "READ $f";; esac
+  grep -q 'PRIVATE KEY' "$f" 2>/dev/null && echo "READ $f"
+done
+echo done`)
+	after := l.startExec(t, "botbox-exec-run-after", "sh", "-c", "echo ready; exec sleep 30")
+	select {
+	case <-thief.done:
+	case <-time.After(commandTimeout):
+		t.Fatalf("the thief run did not end:\n%s", thief.logs())
+	}
+	out, _ := os.ReadFile(thief.stdoutPath)
+	if !strings.Contains(string(out), "runs 3") || !strings.Contains(string(out), "done") {
+		t.Fatalf("the thief did not see the three runs (the check below proves nothing):\n%s", thief.logs())
+	}
+	// Control: the keys are there, seen from outside.
+	var keys []string
+	_ = filepath.WalkDir(l.runtime, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".key") {
+			keys = append(keys, p)
+		}
+		return nil
+	})
+	if len(keys) < 4 {
+		t.Errorf("control: %d key files under the runtime directory, want the CA and placeholder keys of the two other runs: %q", len(keys), keys)
+	}
+	if strings.Contains(string(out), "READ ") {
+		t.Errorf("the command of one run read another run's private keys:\n%s", out)
+	}
+	before.stop(5 * time.Second)
+	after.stop(5 * time.Second)
 }
