@@ -174,6 +174,12 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	if err != nil {
 		return fail("%v", err)
 	}
+	// BotBox reads secrets_dir again at every reload: by its symlink-free
+	// path, the one covered and pinned, not through a link the command
+	// could point elsewhere.
+	if cfg.SecretsDir, err = resolvedPath(cfg.SecretsDir); err != nil {
+		return fail("%v", err)
+	}
 	tty := ForegroundTTY()
 	spec := Spec{
 		Hide:      hide,
@@ -529,25 +535,35 @@ func hiddenPaths(cfg *config.Config, o Options, run *runDir) ([]string, error) {
 	return resolveHidden(paths)
 }
 
-// resolveHidden makes each path absolute and symlink-free (a path that does
-// not exist is kept as is) and drops duplicates.
+// resolveHidden makes each path absolute and symlink-free (resolvedPath)
+// and drops duplicates.
 func resolveHidden(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
-		abs, err := filepath.Abs(p)
+		abs, err := resolvedPath(p)
 		if err != nil {
 			return nil, err
-		}
-		if real, err := filepath.EvalSymlinks(abs); err == nil {
-			abs = real
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("resolving %s to hide it from the command: %w", p, err)
 		}
 		if !slices.Contains(out, abs) {
 			out = append(out, abs)
 		}
 	}
 	return out, nil
+}
+
+// resolvedPath is p absolute and symlink-free; a path that does not exist
+// is only made absolute.
+func resolvedPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("resolving %s to hide it from the command: %w", p, err)
+	}
+	return abs, nil
 }
 
 // commandEnv is the caller's environment with the trust variables set to

@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,4 +239,65 @@ echo done`)
 	}
 	before.stop(5 * time.Second)
 	after.stop(5 * time.Second)
+}
+
+// TestAttackLocalModeRenameAboveCover (§13: the secrets): a cover hides
+// secrets_dir, not the directories above it, which the user (and so the
+// command) may rename. The command moves the parent of secrets_dir away
+// (the cover goes with it, the real secrets stay hidden) and puts at
+// secrets_dir's path a directory of its own; BotBox's periodic reload
+// reads secrets_dir by its path, and would then inject values the command
+// chose and lose the real ones (a link to a hidden file is refused by the
+// store's os.Root; a value the command writes is not). Requests to the
+// allowed host must still carry api-key's real value. secrets_dir is
+// named through a link the command may point elsewhere, too.
+func TestAttackLocalModeRenameAboveCover(t *testing.T) {
+	t.Parallel()
+	apiKey := "sk-" + randomHex(t, 16)
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "unused"}})
+	secrets := filepath.Join(l.home, "keys", "secrets")
+	if err := os.MkdirAll(secrets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(secrets, "api-key"), []byte(apiKey), 0o600)
+	for _, p := range []string{filepath.Join(l.home, "keys"), secrets, filepath.Join(secrets, "api-key")} {
+		if err := os.Chown(p, l.uid, l.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(l.home, "link")
+	if err := os.Symlink(filepath.Join(l.home, "keys"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, l.uid, l.gid); err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.ReadFile(l.p.configPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg strings.Builder
+	for line := range strings.Lines(string(base)) {
+		if strings.HasPrefix(line, "secrets_dir:") {
+			line = fmt.Sprintf("secrets_dir: %q\nsecrets_resync_seconds: 1\n", filepath.Join(link, "secrets"))
+		}
+		cfg.WriteString(line)
+	}
+	config := filepath.Join(l.p.dir, "attack-rename.yaml")
+	writeFile(t, config, []byte(cfg.String()), 0o644)
+	mark := l.p.mark(t)
+	r := runArgv(t, l.userArgv(nil, l.p.bins.botbox, "exec", "--quiet", "-c", config, "--", "sh", "-c", `
+cd "$HOME" && mv keys/secrets keys/secrets-old 2>/dev/null && echo MOVED-COVER
+mv keys keys-old 2>/dev/null && mkdir -p keys/secrets && printf sk-planted-by-the-command >keys/secrets/api-key && echo SWAPPED-PARENT
+mkdir -p evil/secrets && printf sk-planted-through-the-link >evil/secrets/api-key && ln -s "$HOME/evil" link.new && mv -T link.new link && echo SWAPPED-LINK
+sleep 2.5
+curl -sS -o /dev/null --max-time 10 -w "%{http_code}" http://`+hostAPI+`/rename/1`))
+	if r.code != 0 || strings.Contains(r.stdout, "MOVED-COVER") {
+		t.Fatalf("botbox exec: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	ev := l.p.httpEvent(t, mark, "/rename/1")
+	if got := ev.Header["Authorization"]; !slices.Equal(got, []string{"Bearer " + apiKey}) {
+		t.Errorf("after the command renamed secrets_dir's parent (%q), the allowed host got Authorization %q, want api-key's real value",
+			strings.TrimSpace(r.stdout), got)
+	}
 }
