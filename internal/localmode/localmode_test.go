@@ -393,6 +393,25 @@ func TestRunDirPrivateBase(t *testing.T) {
 	}
 }
 
+func TestSessionBusPaths(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		runtime, address string
+		want             []string
+	}{
+		{"", "", nil},
+		{"relative", "", nil},
+		{"/run/user/1000", "", []string{"/run/user/1000/bus", "/run/user/1000/systemd"}},
+		{"/run/user/1000", "unix:path=/run/user/1000/bus", []string{"/run/user/1000/bus", "/run/user/1000/systemd", "/run/user/1000/bus"}},
+		{"", "unix:abstract=/tmp/dbus-x,guid=ab;unix:path=/tmp/my%20bus,guid=ab;tcp:host=h,port=1;unix:path=rel", []string{"/tmp/my bus"}},
+	} {
+		env := map[string]string{"XDG_RUNTIME_DIR": tc.runtime, "DBUS_SESSION_BUS_ADDRESS": tc.address}
+		if got := sessionBusPaths(func(k string) string { return env[k] }); !slices.Equal(got, tc.want) {
+			t.Errorf("XDG_RUNTIME_DIR=%q DBUS_SESSION_BUS_ADDRESS=%q: %q, want %q", tc.runtime, tc.address, got, tc.want)
+		}
+	}
+}
+
 func TestChannelPassesDescriptors(t *testing.T) {
 	t.Parallel()
 	a, b, err := socketPair()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -523,16 +524,49 @@ func trustBundle(caPEM []byte) ([]byte, error) {
 }
 
 // hiddenPaths are what the command must not see: secrets_dir, the CA key,
-// the config file, every run's private directory (privateBase), the placeholders
-// directory the config names and the log file (the command could forge
-// decision lines that `botbox suggest` turns into policy). Each is made
+// the config file, every run's private directory (privateBase), the
+// session bus and the user's service manager (sessionBusPaths), the
+// placeholders directory the config names and the log file (the command
+// could forge decision lines that `botbox suggest` turns into policy). Each is made
 // absolute and symlink-free, so the mount covers what BotBox reads.
 func hiddenPaths(cfg *config.Config, o Options, run *runDir) ([]string, error) {
 	paths := []string{cfg.SecretsDir, cfg.Interception.CAKeyPath, o.ConfigPath, run.privateBase}
 	if o.LogPath != "" {
 		paths = append(paths, o.LogPath)
 	}
+	if o.Getenv != nil {
+		paths = append(paths, sessionBusPaths(o.Getenv)...)
+	}
 	return resolveHidden(paths)
+}
+
+// sessionBusPaths are the sockets through which a process of the user has
+// the user's service manager start a process outside every namespace of
+// botbox exec, with the machine's network (`systemd-run --user CMD`):
+// the session bus ($XDG_RUNTIME_DIR/bus and each unix:path= of
+// DBUS_SESSION_BUS_ADDRESS) and systemd's own directory of the user
+// manager ($XDG_RUNTIME_DIR/systemd, its private socket). Abstract
+// addresses (unix:abstract=) belong to the network namespace and are out
+// of reach already.
+func sessionBusPaths(getenv func(string) string) []string {
+	var out []string
+	if dir := getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(dir) {
+		out = append(out, filepath.Join(dir, "bus"), filepath.Join(dir, "systemd"))
+	}
+	for addr := range strings.SplitSeq(getenv("DBUS_SESSION_BUS_ADDRESS"), ";") {
+		kvs, ok := strings.CutPrefix(addr, "unix:")
+		if !ok {
+			continue
+		}
+		for kv := range strings.SplitSeq(kvs, ",") {
+			if v, ok := strings.CutPrefix(kv, "path="); ok {
+				if p, err := url.PathUnescape(v); err == nil && filepath.IsAbs(p) {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // resolveHidden makes each path absolute and symlink-free (resolvedPath)

@@ -301,3 +301,56 @@ curl -sS -o /dev/null --max-time 10 -w "%{http_code}" http://`+hostAPI+`/rename/
 			strings.TrimSpace(r.stdout), got)
 	}
 }
+
+// TestAttackLocalModeSessionBus (§13: "D-Bus"): the user's session bus
+// and systemd user manager are Unix sockets in the filesystem, which the
+// network namespace does not confine; through either, `systemd-run --user
+// CMD` starts a process outside every namespace of botbox exec, with the
+// machine's network. Stand-ins listen, as the same user in the machine's
+// namespaces, at $XDG_RUNTIME_DIR/bus, $XDG_RUNTIME_DIR/systemd/private
+// and the path of DBUS_SESSION_BUS_ADDRESS; the command must reach none
+// of them (control: the user outside reaches all three).
+func TestAttackLocalModeSessionBus(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
+	busAddr := filepath.Join(l.home, "dbus-session")
+	socks := []string{filepath.Join(l.runtime, "bus"), filepath.Join(l.runtime, "systemd", "private"), busAddr}
+	if err := os.Mkdir(filepath.Join(l.runtime, "systemd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(l.runtime, "systemd"), l.uid, l.gid); err != nil {
+		t.Fatal(err)
+	}
+	srv := startProc(t, "bus-listeners", l.p.dir, nil, l.userArgv(nil, "python3", "-c", `
+import socket, sys, threading
+def serve(p):
+    s = socket.socket(socket.AF_UNIX); s.bind(p); s.listen(8)
+    while True:
+        c, _ = s.accept(); print("connected", p, flush=True); c.close()
+for p in sys.argv[1:]:
+    threading.Thread(target=serve, args=(p,), daemon=True).start()
+import time; time.sleep(0.5); print("ready", flush=True); time.sleep(120)
+`, socks[0], socks[1], socks[2])...)
+	if !waitFor(startupTimeout, func() bool { return strings.Contains(srv.logs(), "ready") }) {
+		t.Fatalf("bus stand-ins did not start: %s", srv.logs())
+	}
+	connect := `
+import socket, sys
+for p in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p); print("REACHED", p)
+    except OSError as e:
+        print("refused", p, e.errno)
+`
+	ctl := runArgv(t, l.userArgv(nil, append([]string{"python3", "-c", connect}, socks...)...))
+	if strings.Count(ctl.stdout, "REACHED") != 3 {
+		t.Fatalf("control: the user outside does not reach the stand-ins:\n%s%s", ctl.stdout, ctl.stderr)
+	}
+	before := strings.Count(srv.logs(), "connected")
+	r := l.mustExec(t, []string{"DBUS_SESSION_BUS_ADDRESS=unix:path=" + busAddr + ",guid=0123456789abcdef0123456789abcdef"}, []string{"--quiet"},
+		append([]string{"python3", "-c", connect}, socks...)...)
+	if strings.Contains(r.stdout, "REACHED") || strings.Count(srv.logs(), "connected") != before {
+		t.Errorf("the command reached the session bus or systemd user manager (a way to start a process outside):\n%s\n%s", r.stdout, srv.logs())
+	}
+}
