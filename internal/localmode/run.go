@@ -401,9 +401,37 @@ func ensurePrivateBase(dir string) (string, error) {
 }
 
 func (r *runDir) remove() {
-	_ = os.RemoveAll(r.root)
+	removeTree(r.root)
 	if r.private != "" {
-		_ = os.RemoveAll(r.private)
+		removeTree(r.private)
+	}
+}
+
+// removeTree is os.RemoveAll of dir, which, if that fails, first gives
+// every directory below dir back to its owner (0700): the command, as the
+// same user, can make one unreadable or unwritable (chmod 000), and the
+// run directory would stay behind for good, the next run's clean-up
+// failing the same way. The chmods follow no symlink that is there when
+// they look (Lstat); one that appears in between changes the mode of a
+// directory of the user's, which the command could change itself.
+func removeTree(dir string) {
+	if os.RemoveAll(dir) == nil {
+		return
+	}
+	ownDirs(dir)
+	_ = os.RemoveAll(dir)
+}
+
+func ownDirs(dir string) {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return
+	}
+	_ = os.Chmod(dir, 0o700)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			ownDirs(filepath.Join(dir, e.Name()))
+		}
 	}
 }
 
@@ -423,7 +451,7 @@ func removeStale(base string) {
 			continue
 		}
 		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
-			_ = os.RemoveAll(m)
+			removeTree(m)
 		}
 	}
 }

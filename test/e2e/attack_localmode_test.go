@@ -354,3 +354,46 @@ for p in sys.argv[1:]:
 		t.Errorf("the command reached the session bus or systemd user manager (a way to start a process outside):\n%s\n%s", r.stdout, srv.logs())
 	}
 }
+
+// TestAttackLocalModePersistence (§13: persistence after exit): the
+// command leaves processes behind in every way it can from inside (in a
+// PID and user namespace of its own, in a new session, ignoring SIGHUP
+// and SIGTERM), leaves an unreadable directory in the run's public
+// directory, and in a second run crashes the helper (SIGABRT to PID 1,
+// which the Go runtime does not ignore) with a child still running.
+// After each run nothing of it remains: no process, no run directory.
+func TestAttackLocalModePersistence(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
+	tag := randomHex(t, 3)
+	l.mustExec(t, nil, []string{"--quiet"}, "sh", "-c", fmt.Sprintf(`
+unshare -Urpf --mount-proc sleep 3%[1]s1 &
+setsid sleep 3%[1]s2 &
+(trap '' HUP TERM; exec sleep 3%[1]s3) &
+pub=$(dirname "$SSL_CERT_FILE")
+mkdir -p "$pub/stay/deeper" && touch "$pub/stay/deeper/f" && chmod 000 "$pub/stay"
+sleep 0.3; exit 0`, tag))
+	r := l.exec(t, nil, []string{"--quiet"}, "sh", "-c", fmt.Sprintf(`sleep 3%[1]s4 & sleep 0.3; kill -ABRT 1; sleep 2; echo SURVIVED`, tag))
+	if strings.Contains(r.stdout, "SURVIVED") {
+		t.Errorf("the command outlived the helper:\n%s", r.stdout)
+	}
+	if r.code == 0 {
+		t.Errorf("botbox exec exited 0 after the helper died, want a failure")
+	}
+	if !waitFor(5*time.Second, func() bool { return len(sleepers(tag)) == 0 }) {
+		t.Errorf("processes left behind: %v", sleepers(tag))
+	}
+	l.assertNoLeftovers(t)
+}
+
+// sleepers are the PIDs (host namespace) of "sleep 3TAGn".
+func sleepers(tag string) []string {
+	var out []string
+	files, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.HasPrefix(string(b), "sleep\x003"+tag) {
+			out = append(out, filepath.Base(filepath.Dir(f))+":"+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
