@@ -181,6 +181,11 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	if cfg.SecretsDir, err = resolvedPath(cfg.SecretsDir); err != nil {
 		return fail("%v", err)
 	}
+	// A secrets_dir that does not exist cannot be covered, and the command
+	// could create it with values of its own, which the next reload loads.
+	if fi, err := os.Stat(cfg.SecretsDir); err != nil || !fi.IsDir() {
+		return fail("secrets_dir %s must be an existing directory: botbox exec hides it from the command, which could otherwise make it with values of its own; create it first (mkdir -m 700 %s)", cfg.SecretsDir, cfg.SecretsDir)
+	}
 	tty := ForegroundTTY()
 	spec := Spec{
 		Hide:      hide,

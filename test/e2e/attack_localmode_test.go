@@ -272,19 +272,7 @@ func TestAttackLocalModeRenameAboveCover(t *testing.T) {
 	if err := os.Lchown(link, l.uid, l.gid); err != nil {
 		t.Fatal(err)
 	}
-	base, err := os.ReadFile(l.p.configPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg strings.Builder
-	for line := range strings.Lines(string(base)) {
-		if strings.HasPrefix(line, "secrets_dir:") {
-			line = fmt.Sprintf("secrets_dir: %q\nsecrets_resync_seconds: 1\n", filepath.Join(link, "secrets"))
-		}
-		cfg.WriteString(line)
-	}
-	config := filepath.Join(l.p.dir, "attack-rename.yaml")
-	writeFile(t, config, []byte(cfg.String()), 0o644)
+	config := l.configWithSecrets(t, "attack-rename.yaml", filepath.Join(link, "secrets"))
 	mark := l.p.mark(t)
 	r := runArgv(t, l.userArgv(nil, l.p.bins.botbox, "exec", "--quiet", "-c", config, "--", "sh", "-c", `
 cd "$HOME" && mv keys/secrets keys/secrets-old 2>/dev/null && echo MOVED-COVER
@@ -396,4 +384,50 @@ func sleepers(tag string) []string {
 		}
 	}
 	return out
+}
+
+// configWithSecrets writes the scenario's config with secrets_dir set to
+// dir and a resync of a second, and returns its path.
+func (l *local) configWithSecrets(t *testing.T, name, dir string) string {
+	t.Helper()
+	base, err := os.ReadFile(l.p.configPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg strings.Builder
+	for line := range strings.Lines(string(base)) {
+		if strings.HasPrefix(line, "secrets_dir:") {
+			line = fmt.Sprintf("secrets_dir: %q\nsecrets_resync_seconds: 1\n", dir)
+		}
+		cfg.WriteString(line)
+	}
+	config := filepath.Join(l.p.dir, name)
+	writeFile(t, config, []byte(cfg.String()), 0o644)
+	return config
+}
+
+// TestAttackLocalModeMissingSecretsDir (§13: the secrets): a secrets_dir
+// that does not exist yet cannot be covered, and the command, as the user,
+// may create it (here below the user's home) with values of its own, which
+// BotBox's reload would then inject. botbox exec refuses to start instead.
+func TestAttackLocalModeMissingSecretsDir(t *testing.T) {
+	t.Parallel()
+	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "unused"}})
+	config := l.configWithSecrets(t, "attack-missing.yaml", filepath.Join(l.home, "later", "secrets"))
+	mark := l.p.mark(t)
+	r := runArgv(t, l.userArgv(nil, l.p.bins.botbox, "exec", "--quiet", "-c", config, "--", "sh", "-c", `
+mkdir -p "$HOME/later/secrets" && printf sk-planted-by-the-command >"$HOME/later/secrets/api-key" && echo PLANTED
+sleep 2.5
+curl -sS -o /dev/null --max-time 10 -w "%{http_code}" http://`+hostAPI+`/missing/1`))
+	if strings.Contains(r.stdout, "PLANTED") {
+		for _, ev := range l.p.events(t, mark) {
+			if strings.Contains(strings.Join(ev.Header["Authorization"], " "), "planted") {
+				t.Errorf("the allowed host got the value the command planted in a secrets_dir it created: %q", ev.Header["Authorization"])
+			}
+		}
+		t.Errorf("botbox exec ran the command with a secrets_dir that did not exist (exit %d):\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if r.code != 1 || !strings.Contains(r.stderr, "secrets_dir") {
+		t.Errorf("exit %d, want 1 and an error naming secrets_dir:\n%s", r.code, r.stderr)
+	}
 }
