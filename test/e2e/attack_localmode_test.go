@@ -77,6 +77,9 @@ for n in ["fd", "root", "cwd", "map_files"]:
     out["proc1_" + n] = res(lambda: os.listdir("/proc/1/" + n))
 for n in ["maps", "environ", "mem", "auxv", "syscall", "stack"]:
     out["proc1_" + n] = res(lambda: open("/proc/1/" + n, "rb").read(1))
+import fcntl, pty, termios
+master, slave = pty.openpty()  # a terminal of its own: TIOCSTI on it is legal without the filter
+out["tiocsti_own_pty"] = res(lambda: fcntl.ioctl(slave, termios.TIOCSTI, b"x"))
 print(json.dumps(out))
 `
 
@@ -100,9 +103,11 @@ func (l *local) runAttackProbes(t *testing.T, abstractName string) map[string]st
 // namespace as the same user) are not reachable; raw and packet sockets
 // are refused (no CAP_NET_RAW); the helper (PID 1, holding the socket
 // pair and the listeners) gives nothing: process_vm_readv, pidfd_getfd
-// of its descriptors and its /proc entries fail. A user namespace the
-// command makes itself gives it no power over its network namespace: the
-// routes and the rules stay, and a direct connection still fails.
+// of its descriptors and its /proc entries fail; TIOCSTI is refused on
+// any terminal, a pseudo-terminal the command opened itself included. A
+// user namespace the command makes itself gives it no power over its
+// network namespace: the routes and the rules stay, and a direct
+// connection still fails.
 func TestAttackLocalModeSocketsAndHelper(t *testing.T) {
 	t.Parallel()
 	l := newLocal(t, podConfig{secrets: map[string]string{"api-key": "sk-" + randomHex(t, 16)}})
@@ -129,7 +134,7 @@ while True:
 	if got["abstract"] == "ok" || strings.Count(srv.logs(), "connected") != 1 {
 		t.Errorf("the command reached the machine's abstract socket @%s (%s):\n%s", abstract, got["abstract"], srv.logs())
 	}
-	for _, k := range []string{"packet", "raw", "raw6", "process_vm_readv", "pidfd_getfd"} {
+	for _, k := range []string{"packet", "raw", "raw6", "process_vm_readv", "pidfd_getfd", "tiocsti_own_pty"} {
 		if got[k] != "EPERM" {
 			t.Errorf("%s: %q, want EPERM", k, got[k])
 		}
