@@ -124,7 +124,7 @@ func HelperMain() int {
 	if err := dropPrivileges(); err != nil {
 		return fail(1, "dropping privileges: %v", err)
 	}
-	if err := installTerminalFilter(); err != nil {
+	if err := installCommandFilter(); err != nil {
 		return fail(1, "%v", err)
 	}
 	attr := &syscall.ProcAttr{

@@ -3,6 +3,7 @@ package localmode
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -213,26 +214,81 @@ func FuzzPrintable(f *testing.F) {
 	})
 }
 
-func TestTerminalFilterShape(t *testing.T) {
+// TestCommandFilter runs the seccomp program on a small interpreter of
+// the classic BPF it uses: the refusals (foreign ABI, x32, TIOCSTI and
+// TIOCLINUX with or without high bits, AF_VSOCK, io_uring) and what stays
+// allowed (other ioctls, other socket families, ordinary calls).
+func TestCommandFilter(t *testing.T) {
 	t.Parallel()
-	prog := terminalFilter(unix.AUDIT_ARCH_X86_64, unix.SYS_IOCTL)
-	if last := prog[len(prog)-1]; last.Code != unix.BPF_RET|unix.BPF_K || last.K != unix.SECCOMP_RET_ERRNO|errEPERM {
-		t.Fatalf("the program does not end by refusing: %+v", last)
+	arch, err := auditArch()
+	if err != nil {
+		t.Fatalf("this build has no command filter: %v", err)
 	}
-	for i, ins := range prog {
-		if ins.Code&0x07 != unix.BPF_JMP {
-			continue
+	prog := commandFilter(arch)
+	const refuse, allow = unix.SECCOMP_RET_ERRNO | errEPERM, unix.SECCOMP_RET_ALLOW
+	for _, tc := range []struct {
+		name string
+		arch uint32
+		nr   uint32
+		args [6]uint64
+		want uint32
+	}{
+		{"read", arch, unix.SYS_READ, [6]uint64{}, allow},
+		{"ioctl TCGETS", arch, unix.SYS_IOCTL, [6]uint64{0, unix.TCGETS}, allow},
+		{"ioctl TIOCSTI", arch, unix.SYS_IOCTL, [6]uint64{0, unix.TIOCSTI}, refuse},
+		{"ioctl TIOCSTI, high bits set", arch, unix.SYS_IOCTL, [6]uint64{0, 1<<32 | unix.TIOCSTI}, refuse},
+		{"ioctl TIOCLINUX", arch, unix.SYS_IOCTL, [6]uint64{0, unix.TIOCLINUX}, refuse},
+		{"socket AF_INET6", arch, unix.SYS_SOCKET, [6]uint64{unix.AF_INET6, unix.SOCK_STREAM}, allow},
+		{"socket AF_UNIX", arch, unix.SYS_SOCKET, [6]uint64{unix.AF_UNIX, unix.SOCK_STREAM}, allow},
+		{"socket AF_VSOCK", arch, unix.SYS_SOCKET, [6]uint64{unix.AF_VSOCK, unix.SOCK_STREAM}, refuse},
+		{"socket AF_VSOCK, high bits set", arch, unix.SYS_SOCKET, [6]uint64{1<<40 | unix.AF_VSOCK, unix.SOCK_STREAM}, refuse},
+		{"io_uring_setup", arch, unix.SYS_IO_URING_SETUP, [6]uint64{4}, refuse},
+		{"io_uring_enter", arch, unix.SYS_IO_URING_ENTER, [6]uint64{}, refuse},
+		{"io_uring_register", arch, unix.SYS_IO_URING_REGISTER, [6]uint64{}, refuse},
+		{"x32", arch, x32Bit | unix.SYS_READ, [6]uint64{}, refuse},
+		{"foreign ABI", unix.AUDIT_ARCH_I386, 3, [6]uint64{}, refuse},
+	} {
+		if got := runBPF(t, prog, tc.nr, tc.arch, tc.args); got != tc.want {
+			t.Errorf("%s: %#x, want %#x", tc.name, got, tc.want)
 		}
-		for _, off := range []uint8{ins.Jt, ins.Jf} {
-			target := i + 1 + int(off)
-			if target >= len(prog) {
-				t.Fatalf("instruction %d jumps past the end", i)
+	}
+}
+
+// runBPF interprets the classic BPF subset commandFilter uses (absolute
+// word loads, JEQ and JSET with constants, constant returns) over a
+// little-endian struct seccomp_data.
+func runBPF(t *testing.T, prog []unix.SockFilter, nr, arch uint32, args [6]uint64) uint32 {
+	t.Helper()
+	data := make([]byte, 64)
+	binary.LittleEndian.PutUint32(data[offNR:], nr)
+	binary.LittleEndian.PutUint32(data[offArch:], arch)
+	for i, a := range args {
+		binary.LittleEndian.PutUint64(data[16+8*i:], a)
+	}
+	var acc uint32
+	for pc := 0; pc < len(prog); pc++ {
+		ins := prog[pc]
+		switch ins.Code {
+		case unix.BPF_LD | unix.BPF_W | unix.BPF_ABS:
+			acc = binary.LittleEndian.Uint32(data[ins.K:])
+		case unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K:
+			hit := acc == ins.K
+			if ins.Code&0xf0 == unix.BPF_JSET {
+				hit = acc&ins.K != 0
 			}
+			off := ins.Jf
+			if hit {
+				off = ins.Jt
+			}
+			pc += int(off)
+		case unix.BPF_RET | unix.BPF_K:
+			return ins.K
+		default:
+			t.Fatalf("instruction %d: code %#x not interpreted", pc, ins.Code)
 		}
 	}
-	if _, err := auditArch(); err != nil {
-		t.Fatalf("this build has no terminal filter: %v", err)
-	}
+	t.Fatal("the program ran past its end")
+	return 0
 }
 
 func TestCommandEnvAndHiddenPaths(t *testing.T) {
@@ -284,6 +340,80 @@ func TestRemoveStale(t *testing.T) {
 	for d, want := range map[string]bool{dead: false, live: true, other: true} {
 		if _, err := os.Stat(d); (err == nil) != want {
 			t.Errorf("%s: exists=%v, want %v", filepath.Base(d), err == nil, want)
+		}
+	}
+}
+
+// TestRunDirPrivateBase: a run's private directory lies in the user's
+// directory of every run's private directories, which hiddenPaths covers
+// whole (another run's keys are hidden too); that directory is made 0700
+// and refused when it is a link or open to others; removing the run
+// leaves it, empty.
+func TestRunDirPrivateBase(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	getenv := func(k string) string {
+		if k == "XDG_RUNTIME_DIR" {
+			return base
+		}
+		return ""
+	}
+	run, err := newRunDir(getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBase := filepath.Join(base, privateBaseName())
+	if run.privateBase != wantBase || filepath.Dir(run.private) != wantBase || filepath.Base(run.private) != filepath.Base(run.root) {
+		t.Errorf("private %s in %s, want %s/%s", run.private, run.privateBase, wantBase, filepath.Base(run.root))
+	}
+	if fi, err := os.Stat(wantBase); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("private base: %v %v, want mode 0700", fi, err)
+	}
+	hide, err := hiddenPaths(&config.Config{}, Options{ConfigPath: filepath.Join(base, "config.yaml")}, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(hide, wantBase) {
+		t.Errorf("hiddenPaths = %q, want the private base %s covered whole", hide, wantBase)
+	}
+	run.remove()
+	if entries, err := os.ReadDir(wantBase); err != nil || len(entries) != 0 {
+		t.Errorf("after remove the private base holds %v (%v), want it empty", entries, err)
+	}
+	if _, err := os.Stat(run.root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("run root left: %v", err)
+	}
+
+	for name, mk := range map[string]func(p string) error{
+		"a link":         func(p string) error { return os.Symlink(t.TempDir(), p) },
+		"open to others": func(p string) error { return errors.Join(os.Mkdir(p, 0o755), os.Chmod(p, 0o755)) },
+		"a file":         func(p string) error { return os.WriteFile(p, nil, 0o600) },
+	} {
+		p := filepath.Join(t.TempDir(), "private")
+		if err := mk(p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ensurePrivateBase(p); err == nil {
+			t.Errorf("a private base that is %s was accepted", name)
+		}
+	}
+}
+
+func TestSessionBusPaths(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		runtime, address string
+		want             []string
+	}{
+		{"", "", nil},
+		{"relative", "", nil},
+		{"/run/user/1000", "", []string{"/run/user/1000/bus", "/run/user/1000/systemd"}},
+		{"/run/user/1000", "unix:path=/run/user/1000/bus", []string{"/run/user/1000/bus", "/run/user/1000/systemd", "/run/user/1000/bus"}},
+		{"", "unix:abstract=/tmp/dbus-x,guid=ab;unix:path=/tmp/my%20bus,guid=ab;tcp:host=h,port=1;unix:path=rel", []string{"/tmp/my bus"}},
+	} {
+		env := map[string]string{"XDG_RUNTIME_DIR": tc.runtime, "DBUS_SESSION_BUS_ADDRESS": tc.address}
+		if got := sessionBusPaths(func(k string) string { return env[k] }); !slices.Equal(got, tc.want) {
+			t.Errorf("XDG_RUNTIME_DIR=%q DBUS_SESSION_BUS_ADDRESS=%q: %q, want %q", tc.runtime, tc.address, got, tc.want)
 		}
 	}
 }

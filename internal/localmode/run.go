@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -173,6 +174,17 @@ func Run(ctx context.Context, o Options) (st ExitStatus) {
 	hide, err := hiddenPaths(cfg, o, run)
 	if err != nil {
 		return fail("%v", err)
+	}
+	// BotBox reads secrets_dir again at every reload: by its symlink-free
+	// path, the one covered and pinned, not through a link the command
+	// could point elsewhere.
+	if cfg.SecretsDir, err = resolvedPath(cfg.SecretsDir); err != nil {
+		return fail("%v", err)
+	}
+	// A secrets_dir that does not exist cannot be covered, and the command
+	// could create it with values of its own, which the next reload loads.
+	if fi, err := os.Stat(cfg.SecretsDir); err != nil || !fi.IsDir() {
+		return fail("secrets_dir %s must be an existing directory: botbox exec hides it from the command, which could otherwise make it with values of its own; create it first (mkdir -m 700 %s)", cfg.SecretsDir, cfg.SecretsDir)
 	}
 	tty := ForegroundTTY()
 	spec := Spec{
@@ -346,24 +358,41 @@ func serverSockets(cfg *config.Config) []SocketSpec {
 	return out
 }
 
-// runDir is this run's directory: public (the trust bundle, visible to
-// the command) and private (the CA key, the placeholder key; covered).
-type runDir struct{ root, public, private string }
+// runDir is this run's directories: root, with public (the trust bundle,
+// visible to the command), and private (the CA key, the placeholder key)
+// in privateBase, the user's directory of every run's private directory.
+// Every run covers privateBase whole, not only its own private directory:
+// the command of one run must not read the keys of another run of the
+// same user, started before it or while it runs.
+type runDir struct{ root, public, private, privateBase string }
+
+// privateBaseName is privateBase under the run directories' base, one per
+// user (the base may be a shared temporary directory). It does not match
+// the botbox-exec-PID-* pattern of removeStale, and it is never removed:
+// removing it while another run covers it would detach that run's cover,
+// and the next run's private directory would be visible to that command.
+func privateBaseName() string { return "botbox-private-" + strconv.Itoa(os.Getuid()) }
 
 // newRunDir makes $XDG_RUNTIME_DIR/botbox-exec-PID-* (else under the temp
-// directory), mode 0700, after removing the directories of earlier runs
-// whose BotBox is gone (a SIGKILL leaves its directory behind).
+// directory), mode 0700, and its private directory of the same name in
+// privateBase, after removing the directories of earlier runs whose
+// BotBox is gone (a SIGKILL leaves them behind).
 func newRunDir(getenv func(string) string) (*runDir, error) {
 	base := getenv("XDG_RUNTIME_DIR")
 	if fi, err := os.Stat(base); base == "" || err != nil || !fi.IsDir() {
 		base = os.TempDir()
 	}
+	privateBase, err := ensurePrivateBase(filepath.Join(base, privateBaseName()))
+	if err != nil {
+		return nil, err
+	}
 	removeStale(base)
+	removeStale(privateBase)
 	root, err := os.MkdirTemp(base, "botbox-exec-"+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("making the run directory: %w", err)
 	}
-	r := &runDir{root: root, public: filepath.Join(root, "public"), private: filepath.Join(root, "private")}
+	r := &runDir{root: root, public: filepath.Join(root, "public"), private: filepath.Join(privateBase, filepath.Base(root)), privateBase: privateBase}
 	for _, d := range []string{r.public, r.private} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			r.remove()
@@ -373,7 +402,56 @@ func newRunDir(getenv func(string) string) (*runDir, error) {
 	return r, nil
 }
 
-func (r *runDir) remove() { _ = os.RemoveAll(r.root) }
+// ensurePrivateBase makes dir (0700) unless it exists, and checks that it
+// is a directory of this user, not a link, with no access for others.
+func ensurePrivateBase(dir string) (string, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("making the directory of the runs' private keys: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return "", fmt.Errorf("checking the directory of the runs' private keys: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		return "", fmt.Errorf("%s must be a directory of user %d with mode 0700 (not a link): remove it", dir, os.Getuid())
+	}
+	return dir, nil
+}
+
+func (r *runDir) remove() {
+	removeTree(r.root)
+	if r.private != "" {
+		removeTree(r.private)
+	}
+}
+
+// removeTree is os.RemoveAll of dir, which, if that fails, first gives
+// every directory below dir back to its owner (0700): the command, as the
+// same user, can make one unreadable or unwritable (chmod 000), and the
+// run directory would stay behind for good, the next run's clean-up
+// failing the same way. The chmods follow no symlink that is there when
+// they look (Lstat); one that appears in between changes the mode of a
+// directory of the user's, which the command could change itself.
+func removeTree(dir string) {
+	if os.RemoveAll(dir) == nil {
+		return
+	}
+	ownDirs(dir)
+	_ = os.RemoveAll(dir)
+}
+
+func ownDirs(dir string) {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return
+	}
+	_ = os.Chmod(dir, 0o700)
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			ownDirs(filepath.Join(dir, e.Name()))
+		}
+	}
+}
 
 // removeStale removes base/botbox-exec-PID-* directories of this user
 // whose PID no longer runs.
@@ -391,7 +469,7 @@ func removeStale(base string) {
 			continue
 		}
 		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
-			_ = os.RemoveAll(m)
+			removeTree(m)
 		}
 	}
 }
@@ -492,14 +570,18 @@ func trustBundle(caPEM []byte) ([]byte, error) {
 }
 
 // hiddenPaths are what the command must not see: secrets_dir, the CA key,
-// the config file, the run's private directory, the placeholders
-// directory the config names and the log file (the command could forge
-// decision lines that `botbox suggest` turns into policy). Each is made
+// the config file, every run's private directory (privateBase), the
+// session bus and the user's service manager (sessionBusPaths), the
+// placeholders directory the config names and the log file (the command
+// could forge decision lines that `botbox suggest` turns into policy). Each is made
 // absolute and symlink-free, so the mount covers what BotBox reads.
 func hiddenPaths(cfg *config.Config, o Options, run *runDir) ([]string, error) {
-	paths := []string{cfg.SecretsDir, cfg.Interception.CAKeyPath, o.ConfigPath, run.private}
+	paths := []string{cfg.SecretsDir, cfg.Interception.CAKeyPath, o.ConfigPath, run.privateBase}
 	if o.LogPath != "" {
 		paths = append(paths, o.LogPath)
+	}
+	if o.Getenv != nil {
+		paths = append(paths, sessionBusPaths(o.Getenv)...)
 	}
 	return resolveHidden(paths)
 }
@@ -519,25 +601,64 @@ func checkHidden(hide []string, wd string) error {
 	return nil
 }
 
-// resolveHidden makes each path absolute and symlink-free (a path that does
-// not exist is kept as is) and drops duplicates.
+// sessionBusPaths are the sockets through which a process of the user has
+// the user's service manager start a process outside every namespace of
+// botbox exec, with the machine's network (`systemd-run --user CMD`):
+// the session bus ($XDG_RUNTIME_DIR/bus and each unix:path= of
+// DBUS_SESSION_BUS_ADDRESS) and systemd's own directory of the user
+// manager ($XDG_RUNTIME_DIR/systemd, its private socket). Abstract
+// addresses (unix:abstract=) belong to the network namespace and are out
+// of reach already.
+func sessionBusPaths(getenv func(string) string) []string {
+	var out []string
+	if dir := getenv("XDG_RUNTIME_DIR"); filepath.IsAbs(dir) {
+		out = append(out, filepath.Join(dir, "bus"), filepath.Join(dir, "systemd"))
+	}
+	for addr := range strings.SplitSeq(getenv("DBUS_SESSION_BUS_ADDRESS"), ";") {
+		kvs, ok := strings.CutPrefix(addr, "unix:")
+		if !ok {
+			continue
+		}
+		for kv := range strings.SplitSeq(kvs, ",") {
+			if v, ok := strings.CutPrefix(kv, "path="); ok {
+				if p, err := url.PathUnescape(v); err == nil && filepath.IsAbs(p) {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// resolveHidden makes each path absolute and symlink-free (resolvedPath)
+// and drops duplicates.
 func resolveHidden(paths []string) ([]string, error) {
 	var out []string
 	for _, p := range paths {
-		abs, err := filepath.Abs(p)
+		abs, err := resolvedPath(p)
 		if err != nil {
 			return nil, err
-		}
-		if real, err := filepath.EvalSymlinks(abs); err == nil {
-			abs = real
-		} else if !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("resolving %s to hide it from the command: %w", p, err)
 		}
 		if !slices.Contains(out, abs) {
 			out = append(out, abs)
 		}
 	}
 	return out, nil
+}
+
+// resolvedPath is p absolute and symlink-free; a path that does not exist
+// is only made absolute.
+func resolvedPath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("resolving %s to hide it from the command: %w", p, err)
+	}
+	return abs, nil
 }
 
 // commandEnv is the caller's environment with the trust variables set to

@@ -191,16 +191,38 @@ func (l *local) mustExec(t *testing.T, env, flags []string, cmd ...string) execR
 }
 
 // assertNoLeftovers checks that nothing of a finished run remains: no run
-// directory under XDG_RUNTIME_DIR.
+// directory under XDG_RUNTIME_DIR, and none in the user's directory of
+// the runs' private directories (which itself stays, empty).
 func (l *local) assertNoLeftovers(t *testing.T) {
+	t.Helper()
+	for _, e := range l.runEntries(t) {
+		t.Errorf("left behind in XDG_RUNTIME_DIR: %s", e)
+	}
+}
+
+// runEntries lists what runs left in XDG_RUNTIME_DIR: its entries and
+// those of the private directories' directory, which is not one.
+func (l *local) runEntries(t *testing.T) []string {
 	t.Helper()
 	entries, err := os.ReadDir(l.runtime)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []string
 	for _, e := range entries {
-		t.Errorf("left behind in XDG_RUNTIME_DIR: %s", e.Name())
+		if e.Name() != "botbox-private-"+strconv.Itoa(l.uid) {
+			out = append(out, e.Name())
+			continue
+		}
+		private, err := os.ReadDir(filepath.Join(l.runtime, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range private {
+			out = append(out, filepath.Join(e.Name(), p.Name()))
+		}
 	}
+	return out
 }
 
 // waitFor polls cond every 20ms until it holds or timeout passes.
@@ -554,7 +576,7 @@ func TestLocalModeCannotReachSecrets(t *testing.T) {
 	script := fmt.Sprintf(`
 for f in %q %q %q; do cat "$f" >/dev/null 2>&1 && echo "READ $f"; done
 ls -A %q | sed 's/^/SECRETS-DIR /'
-for d in "$XDG_RUNTIME_DIR"/botbox-exec-*/private; do ls -A "$d" | sed 's/^/PRIVATE /'; done
+for d in "$XDG_RUNTIME_DIR"/botbox-private-*; do ls -A "$d" | sed 's/^/PRIVATE /'; done
 ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\n' ' ' | sed 's/^/PIDS /'; echo
 cat /proc/1/environ >/dev/null 2>&1 && echo "READ /proc/1/environ"
 dd if=/proc/1/mem bs=1 count=1 skip=4194304 >/dev/null 2>&1 && echo "READ /proc/1/mem"
@@ -713,9 +735,8 @@ func TestLocalModeLeavesNothing(t *testing.T) {
 				t.Errorf("left behind: processes %v still alive of %v; in %s: %v", slices.DeleteFunc(slices.Clone(below), func(p int) bool { return !alive(p) }), below, ns, nsHolders(ns))
 			}
 			if victim == "botbox" {
-				entries, _ := os.ReadDir(l.runtime)
-				if len(entries) != 1 {
-					t.Errorf("after SIGKILL of botbox: %d run directories, want its own (it cannot remove it)", len(entries))
+				if entries := l.runEntries(t); len(entries) != 2 {
+					t.Errorf("after SIGKILL of botbox: %q left, want its run directory and its private directory (it cannot remove them)", entries)
 				}
 				l.mustExec(t, nil, []string{"--quiet"}, "true")
 			}
