@@ -230,8 +230,9 @@ func (s *Signer) payloadHash(in *http.Request, service string, req *credential.R
 }
 
 // buffer reads in's body whole, up to limit (credential.DefaultMaxBody
-// when 0), and replaces it with the bytes read. It allocates the body's
-// length once when Content-Length says it, else grows to what arrives.
+// when 0), and replaces it with the bytes read. It grows the buffer with
+// what arrives: one allocation of the body's size for a body of known
+// length up to initialBodyBuffer, doubling steps above it.
 func (s *Signer) buffer(in *http.Request, limit int64) ([]byte, error) {
 	if in.Body == nil || in.Body == http.NoBody || in.ContentLength == 0 {
 		return nil, nil
@@ -244,10 +245,11 @@ func (s *Signer) buffer(in *http.Request, limit int64) ([]byte, error) {
 	}
 	var body []byte
 	if in.ContentLength > 0 {
-		// Exactly the declared length (net/http's server ends the body
-		// there): one allocation, the body's size.
-		body = make([]byte, in.ContentLength)
-		if _, err := io.ReadFull(in.Body, body); err != nil {
+		// The declared length (net/http's server ends the body there),
+		// allocated as it arrives: a declared length costs nothing until
+		// its bytes come (TestAttackDeclaredLengthIsNotPreallocated).
+		var err error
+		if body, err = readDeclared(in.Body, in.ContentLength); err != nil {
 			return nil, fmt.Errorf("credential %q: reading the request body to sign it: %w", s.o.Name, err)
 		}
 	} else {
@@ -377,4 +379,32 @@ func presigned(rawQuery string) bool {
 		}
 	}
 	return false
+}
+
+// initialBodyBuffer is the most buffer allocated before any body byte
+// arrives; it then doubles with what arrives, up to the declared length.
+const initialBodyBuffer = 64 << 10
+
+// readDeclared reads exactly n bytes from r into a buffer that starts at
+// min(n, initialBodyBuffer) and doubles, capped at n, only when full.
+func readDeclared(r io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, 0, min(n, initialBodyBuffer))
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(n, 2*int64(cap(buf))))
+			copy(grown, buf)
+			buf = grown
+		}
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		switch {
+		case int64(len(buf)) == n:
+			return buf, nil
+		case err == io.EOF:
+			return nil, io.ErrUnexpectedEOF
+		case err != nil:
+			return nil, err
+		}
+	}
+	return buf, nil
 }

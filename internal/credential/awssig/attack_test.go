@@ -1,0 +1,133 @@
+package awssig
+
+// Outside attacks on SigV4 re-signing (attack playbook classes 3, 4 and
+// 10): each test fails when the hole it names is open.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"testing"
+
+	"github.com/botbox/botbox/internal/credential"
+)
+
+// trickleBody sends n bytes, then fails: an agent that declares a large
+// Content-Length and stops sending.
+type trickleBody struct{ n int }
+
+func (b *trickleBody) Read(p []byte) (int, error) {
+	if b.n == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	k := min(len(p), b.n)
+	for i := range p[:k] {
+		p[i] = 'a'
+	}
+	b.n -= k
+	return k, nil
+}
+
+func (b *trickleBody) Close() error { return nil }
+
+// Class 10: the body buffer must grow with the bytes that arrive, not be
+// allocated at the declared Content-Length: else every request that
+// declares 16 MiB and sends 10 bytes pins 16 MiB (over HTTP/2, hundreds
+// of streams per connection), and the sidecar runs out of memory for the
+// price of a request head. Not parallel: it reads the process's
+// allocation counter.
+func TestAttackDeclaredLengthIsNotPreallocated(t *testing.T) {
+	s := newSigner(t, "bedrock", "")
+	host := "bedrock-runtime.us-east-1.amazonaws.com"
+	const requests = 4
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range requests {
+		in := httptest.NewRequest(http.MethodPost, "https://"+host+"/model/x/converse", nil)
+		in.Body, in.ContentLength = &trickleBody{n: 10}, credential.DefaultMaxBody
+		_, err := s.Prepare(context.Background(), &credential.Request{In: in, Host: host, Secrets: snapshot(false)})
+		if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("a body cut short: err = %v, want the read error", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > requests<<20 {
+		t.Fatalf("%d requests that each sent 10 bytes of a declared %d allocated %d bytes (want under 1 MiB each)", requests, credential.DefaultMaxBody, got)
+	}
+}
+
+// A body that arrives whole is still buffered exactly, under every
+// declared length around the growth steps.
+func TestAttackBufferGrowsToTheBody(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t, "bedrock", "")
+	host := "bedrock-runtime.us-east-1.amazonaws.com"
+	for _, n := range []int{1, initialBodyBuffer - 1, initialBodyBuffer, initialBodyBuffer + 1, 5*initialBodyBuffer + 3} {
+		body := make([]byte, n)
+		for i := range body {
+			body[i] = byte(i)
+		}
+		in := appRequest(t, http.MethodPost, "https://"+host+"/x", body, "", "", "", "")
+		out, got, err := forward(t, s, in, host, false, 0, false)
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if string(got) != string(body) || out.ContentLength != int64(n) || out.Header.Get("X-Amz-Content-Sha256") != hex.EncodeToString(sum(body)) {
+			t.Fatalf("%d bytes: forwarded %d bytes, Content-Length %d, hash %q", n, len(got), out.ContentLength, out.Header.Get("X-Amz-Content-Sha256"))
+		}
+	}
+}
+
+// Class 3: which answer comes back must not tell the agent whether it
+// guessed the real access key ID: signed with the real key ID, with a
+// key ID one character off, or with any other key, the refusal is the
+// same error, word for word.
+func TestAttackRefusalIsNoKeyOracle(t *testing.T) {
+	t.Parallel()
+	s := newSigner(t, "bedrock", "")
+	host := "bedrock-runtime.us-east-1.amazonaws.com"
+	var first string
+	for _, keyID := range []string{realKeyID, realKeyID[:len(realKeyID)-1] + "X", "AKIAOTHEROTHEROTHER1", phKeyID + "X"} {
+		in := appRequest(t, http.MethodPost, "https://"+host+"/x", []byte("{}"), keyID, "whatever", "", "")
+		_, _, err := forward(t, s, in, host, false, 0, false)
+		if _, ok := errors.AsType[*credential.RefusedError](err); !ok {
+			t.Fatalf("signed with %q: err = %v, want refused", keyID, err)
+		}
+		if first == "" {
+			first = err.Error()
+		} else if err.Error() != first {
+			t.Fatalf("the refusal differs by key: %q vs %q", err, first)
+		}
+	}
+}
+
+// Class 4: a presigned request in every spelling an origin may decode
+// (case, percent-encoded names, '+' and a session token alone) is
+// refused: BotBox never adds its signature to a request that carries
+// another.
+func TestAttackPresignedSpellings(t *testing.T) {
+	t.Parallel()
+	host := "bucket.s3.us-east-1.amazonaws.com"
+	for _, q := range []string{
+		"x-amz-signature=00",
+		"X-AMZ-CREDENTIAL=k",
+		"X%2dAmz%2dAlgorithm=AWS4-HMAC-SHA256",
+		"a=1&X-Amz-Security-Token=t",
+		"X-Amz-SignedHeaders=host",
+		"a=1&&X-Amz-Signature",
+	} {
+		s := newSigner(t, "", "")
+		in := httptest.NewRequest(http.MethodGet, "https://"+host+"/o?"+q, nil)
+		_, _, err := forward(t, s, in, host, false, 0, false)
+		if _, ok := errors.AsType[*credential.RefusedError](err); !ok {
+			t.Errorf("query %q: err = %v, want refused", q, err)
+		}
+	}
+}
+
+func sum(b []byte) []byte { h := sha256.Sum256(b); return h[:] }
