@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -164,6 +167,30 @@ func (g *GitHubApp) Revoke(ctx context.Context, tok Token) error {
 		return fmt.Errorf("DELETE %s: status %d (want 204)", url, resp.StatusCode)
 	}
 	return nil
+}
+
+// ReachesOwnEndpoint reports whether escapedPath (a request's, as the
+// agent sent it) may be read as {api}/installation/token, where GitHub
+// revokes the bearer token: decoded (up to three times), case-folded,
+// backslashes as slashes, cut at ';', dot segments and repeated or
+// trailing slashes and dots removed, a format suffix ("token.json")
+// dropped. Any method: GitHub serves nothing else there.
+func (g *GitHubApp) ReachesOwnEndpoint(escapedPath string) bool {
+	base := ""
+	if u, err := url.Parse(g.APIURL); err == nil {
+		base = strings.TrimSuffix(u.Path, "/")
+	}
+	p := escapedPath
+	for range 3 {
+		if d, err := url.PathUnescape(p); err == nil {
+			p = d
+		}
+	}
+	p = strings.ToLower(strings.ReplaceAll(p, `\`, "/"))
+	p, _, _ = strings.Cut(p, ";")
+	p = strings.TrimRight(path.Clean("/"+p), "/. ")
+	want := strings.ToLower(base) + "/installation/token"
+	return p == want || strings.HasPrefix(p, want+".")
 }
 
 var errNoClient = errors.New("mint: no HTTP client")

@@ -342,9 +342,23 @@ func (s *Source) Revoke(ctx context.Context) error {
 	return first
 }
 
+// ownEndpoints is implemented by a Minter whose token may be sent to an
+// endpoint that acts on the token itself (GitHub's revocation).
+type ownEndpoints interface {
+	// ReachesOwnEndpoint reports whether a request for the escaped path
+	// may reach such an endpoint under any reading the issuer may make.
+	ReachesOwnEndpoint(escapedPath string) bool
+}
+
 // Prepare implements credential.Credential: a valid token (waiting for
-// the mint in flight), sent as Authorization: Bearer.
-func (s *Source) Prepare(ctx context.Context, _ *credential.Request) (credential.Prepared, error) {
+// the mint in flight), sent as Authorization: Bearer. A request that may
+// reach an endpoint acting on the token itself is refused: the agent
+// must not have BotBox revoke the Pod's token
+// (TestAttackAgentCannotRevokeTheToken).
+func (s *Source) Prepare(ctx context.Context, req *credential.Request) (credential.Prepared, error) {
+	if o, ok := s.o.Minter.(ownEndpoints); ok && req != nil && req.In != nil && o.ReachesOwnEndpoint(req.In.URL.EscapedPath()) {
+		return nil, &credential.RefusedError{Credential: s.o.Name, Why: "the token is never sent to its own revocation endpoint"}
+	}
 	h, err := s.current(ctx)
 	if err != nil {
 		return nil, err
