@@ -80,6 +80,7 @@ type Source struct {
 	lastErr  error         // the last mint's error (nil after a success)
 	failures int           // consecutive failed mints
 	retryAt  time.Time     // when the next mint may start after a failure
+	ended    bool          // Revoke ran: nothing is minted any more
 }
 
 // held is one token generation: the token, when it is due for
@@ -174,6 +175,10 @@ func (s *Source) current(ctx context.Context) (*held, error) {
 			s.mu.Unlock()
 			return h, nil
 		}
+		if s.ended {
+			s.mu.Unlock()
+			return nil, &credential.UnavailableError{Credential: s.o.Name, RetryAfter: minBackoff, Err: errEnded}
+		}
 		if s.inflight == nil && s.lastErr != nil && now.Before(s.retryAt) {
 			err := s.unavailableLocked(now)
 			s.mu.Unlock()
@@ -260,6 +265,9 @@ func (s *Source) mint(ctx context.Context, done chan struct{}) {
 	}
 }
 
+// errEnded is the error of a request after Revoke (the Pod is ending).
+var errEnded = errorString("the credential's tokens were revoked at shutdown")
+
 // errExpired is the error of a mint whose token is already expired.
 var errExpired = errorString("the token endpoint returned a token that is already expired")
 
@@ -279,6 +287,10 @@ func backoff(failures int) time.Duration {
 func (s *Source) Run(ctx context.Context) {
 	for {
 		s.mu.Lock()
+		if s.ended {
+			s.mu.Unlock()
+			return
+		}
 		now := s.o.Now()
 		var wait time.Duration
 		switch {
@@ -313,9 +325,21 @@ func (s *Source) Run(ctx context.Context) {
 }
 
 // Revoke revokes the current token and the one before it, where the type
-// can (github_app); the Source then holds none.
+// can (github_app); the Source then holds none and mints no more (a
+// request that outlived the drain gets 503, never a token that would
+// outlive the Pod: TestAttackNoMintAfterRevoke). A mint in flight is
+// waited for (within ctx) so that its token is revoked too.
 func (s *Source) Revoke(ctx context.Context) error {
 	s.mu.Lock()
+	s.ended = true
+	if wait := s.inflight; wait != nil {
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+	}
 	toks := []*held{s.cur, s.prev}
 	s.cur, s.prev = nil, nil
 	s.mu.Unlock()
