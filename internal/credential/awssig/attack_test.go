@@ -11,7 +11,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/botbox/botbox/internal/credential"
@@ -131,3 +133,55 @@ func TestAttackPresignedSpellings(t *testing.T) {
 }
 
 func sum(b []byte) []byte { h := sha256.Sum256(b); return h[:] }
+
+// Class 4 / threat b on X-Amz-Copy-Source (the proxy judges the path
+// returned as a GET by the rule's routes): a virtual-hosted bucket host
+// copies only from its own bucket, whatever the spelling; a path-style
+// host keeps the bucket in the path for the routes to judge.
+func TestAttackCopySourcePath(t *testing.T) {
+	t.Parallel()
+	const vh = "my-bucket.s3.us-east-1.amazonaws.com"
+	for _, tc := range []struct {
+		host, value, want string
+		ok                bool
+	}{
+		{vh, "my-bucket/a/b.txt", "/a/b.txt", true},
+		{vh, "/my-bucket/a.txt?versionId=3", "/a.txt", true},
+		{vh, "my%2Dbucket/a.txt", "/a.txt", true},
+		{vh, "other-bucket/a.txt", "", false},
+		{vh, "My-Bucket/a.txt", "", false},
+		{vh, "my-bucket.evil/a.txt", "", false},
+		{vh, "my-bucket%2Fx/a.txt", "", false},
+		{vh, "arn:aws:s3:us-east-1:111122223333:accesspoint/ap/object/a.txt", "", false},
+		{vh, "my-bucket", "", false},
+		{vh, "my-bucket/", "", false},
+		{vh, "", "", false},
+		{"my.dotted.bucket.s3-us-west-2.amazonaws.com", "my.dotted.bucket/k", "/k", true},
+		{"my.dotted.bucket.s3-us-west-2.amazonaws.com", "my/k", "", false},
+		{"s3.us-east-1.amazonaws.com", "any-bucket/k", "/any-bucket/k", true},
+		{"minio.local", "b/k%20x", "/b/k%20x", true},
+	} {
+		got, ok := CopySourcePath(tc.host, tc.value)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("CopySourcePath(%q, %q) = %q, %v; want %q, %v", tc.host, tc.value, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// FuzzCopySourcePath: on a virtual-hosted bucket host an accepted source
+// always names that bucket, and every accepted path starts with '/'.
+func FuzzCopySourcePath(f *testing.F) {
+	for _, s := range []string{"my-bucket/a", "/other/a?versionId=1", "my%2Dbucket/a", "arn:aws:s3:::x/y", "my-bucket%2Fx/a"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		p, ok := CopySourcePath("my-bucket.s3.us-east-1.amazonaws.com", v)
+		if !ok {
+			return
+		}
+		bucket, _, _ := strings.Cut(strings.TrimPrefix(v, "/"), "/")
+		if name, err := url.PathUnescape(bucket); err != nil || name != "my-bucket" || !strings.HasPrefix(p, "/") {
+			t.Fatalf("%q accepted as %q: bucket %q", v, p, bucket)
+		}
+	})
+}
