@@ -4,12 +4,21 @@ package proxy
 // playbook): each test fails when the hole it names is open.
 
 import (
+	"bufio"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/botbox/botbox/internal/placeholder"
+	"github.com/botbox/botbox/internal/testutil/tokenserver"
+	"github.com/botbox/botbox/internal/testutil/wsecho"
 )
 
 const (
@@ -111,5 +120,162 @@ func TestAttackS3CopySourceOutsideTheRule(t *testing.T) {
 	}
 	if strings.Contains(e.logs.String(), credRealSecret) {
 		t.Error("the logs carry the secret key")
+	}
+}
+
+// newMintedEnv is an env whose api.example.test rule sends an
+// oauth2_client_credentials token minted by a verifying token server;
+// noscrub.example.test is allowed without a credential.
+func newMintedEnv(t *testing.T) (*testEnv, *tokenserver.Server) {
+	t.Helper()
+	ts := &tokenserver.Server{ClientID: "botbox-client", ClientSecret: "client-secret-0123456789", Scope: "read"}
+	srv := httptest.NewTLSServer(ts)
+	t.Cleanup(srv.Close)
+	creds := fmt.Sprintf(`credentials:
+  api:
+    type: oauth2_client_credentials
+    token_url: %s/token
+    client_id_ref: client-id
+    client_secret_ref: client-secret
+    scopes: [read]
+`, srv.URL)
+	rules := `    - host: api.example.test
+      action: allow
+      credential: api
+    - host: noscrub.example.test
+      action: allow
+`
+	e := newEnv(t, envOpts{rules: rules, extraConfig: creds, credentials: true, tokenClient: srv.Client()})
+	e.writeSecret("client-id", ts.ClientID+"\n")
+	e.writeSecret("client-secret", ts.ClientSecret+"\n")
+	waitSecret(t, e, "client-secret")
+	return e, ts
+}
+
+// revealsToken reports whether text shows tok raw, URL-encoded, in base64
+// (reveals) or in hex.
+func revealsToken(text, tok string) bool {
+	return reveals(text, tok) || strings.Contains(strings.ToLower(text), hex.EncodeToString([]byte(tok)))
+}
+
+// Class 2 and 7 for minted tokens, class 11 for the paths: an origin that
+// reflects the Authorization BotBox sent — as JSON, base64 in three
+// alignments, in Location, Set-Cookie, a 103, a trailer, compressed with
+// every coding — never shows the agent the minted token, through the
+// plain listener and the interception listener over HTTP/1.1 and HTTP/2.
+func TestAttackMintedTokenReflectedEverywhere(t *testing.T) {
+	t.Parallel()
+	e, ts := newMintedEnv(t)
+	echoOrigin(e)
+	clients := map[string]*http.Client{"plain": e.plainClient(t), "https/h1": e.interceptClient(t, false), "https/h2": e.interceptClient(t, true)}
+	paths := []string{"/echo/json", "/echo/b64", "/echo/redirect", "/echo/early", "/echo/trailer",
+		"/echo/encoded/gzip", "/echo/encoded/deflate", "/echo/encoded/br", "/echo/encoded/zstd", "/echo/encoded/gzip-br"}
+	for name, c := range clients {
+		scheme := "https"
+		if name == "plain" {
+			scheme = "http"
+		}
+		for _, p := range paths {
+			resp, seen := dump(t, c, scheme+"://api.example.test"+p)
+			toks := ts.Issued()
+			if resp.StatusCode >= 400 || len(toks) != 1 {
+				t.Fatalf("%s %s: status %s, %d tokens: %s", name, p, resp.Status, len(toks), seen)
+			}
+			if revealsToken(seen, toks[0]) || strings.Contains(seen, "agent-dummy") || !strings.Contains(seen, "*****") {
+				t.Fatalf("%s %s: the agent sees the token (or nothing was echoed):\n%s", name, p, seen)
+			}
+		}
+	}
+}
+
+// Class 8: a WebSocket to the credential's host carries the token in its
+// handshake; an origin that sends it back in a frame after the 101 must
+// not show it to the agent.
+func TestAttackMintedTokenInWebSocketFrame(t *testing.T) {
+	t.Parallel()
+	e, ts := newMintedEnv(t)
+	e.originMux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		fmt.Fprint(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		_, _ = brw.Write(wsecho.Frame("auth: " + r.Header.Get("Authorization")))
+		_ = brw.Flush()
+		_, _ = brw.ReadString('\n') // until the agent goes
+	})
+	c, err := net.Dial("tcp", e.plain.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(c, "GET /ws HTTP/1.1\r\nHost: api.example.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	frame, err := wsecho.ReadFrame(br)
+	toks := ts.Issued()
+	if err != nil || len(toks) != 1 || !strings.HasPrefix(frame, "auth: Bearer ") {
+		t.Fatalf("frame %q, %v, %d tokens", frame, err, len(toks))
+	}
+	if revealsToken(frame, toks[0]) {
+		t.Fatalf("the frame shows the agent the token: %q", frame)
+	}
+}
+
+// Class 11 (connection reuse) and threat b: requests to the credential's
+// host and then to another host on one agent connection — keep-alive on
+// the plain listener, one TLS connection to the interception listener
+// whose SNI is the credential's host — send the token only to the
+// credential's host.
+func TestAttackTokenNotCarriedToAnotherHostOnOneConnection(t *testing.T) {
+	t.Parallel()
+	e, ts := newMintedEnv(t)
+	intercept := httptest.NewUnstartedServer(e.handler.Intercepted())
+	intercept.TLS = &tls.Config{Certificates: []tls.Certificate{e.ca.Leaf(t, "api.example.test", "noscrub.example.test")}}
+	intercept.StartTLS()
+	t.Cleanup(intercept.Close)
+	dials := map[string]func() (net.Conn, error){
+		"plain": func() (net.Conn, error) { return net.Dial("tcp", e.plain.Listener.Addr().String()) },
+		"intercepted": func() (net.Conn, error) {
+			return tls.Dial("tcp", intercept.Listener.Addr().String(), &tls.Config{RootCAs: e.ca.Pool(), ServerName: "api.example.test"})
+		},
+	}
+	for name, dial := range dials {
+		c, err := dial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		var seen []originRecord
+		for _, host := range []string{"api.example.test", "noscrub.example.test"} {
+			fmt.Fprintf(c, "GET /x HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer agent-own\r\n\r\n", host)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s %s: %v", name, host, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				seen = append(seen, e.lastSeen())
+			} else {
+				t.Logf("%s %s: %d %s (refused: holds)", name, host, resp.StatusCode, resp.Header.Get(HeaderReason))
+			}
+		}
+		c.Close()
+		toks := ts.Issued()
+		if len(seen) == 0 || len(toks) != 1 || seen[0].Header.Get("Authorization") != "Bearer "+toks[0] {
+			t.Fatalf("%s: the credential's host did not get the token (%d answered, %d tokens)", name, len(seen), len(toks))
+		}
+		for _, r := range seen[1:] {
+			if strings.Contains(r.Header.Get("Authorization"), toks[0]) {
+				t.Fatalf("%s: %s got the token on the same connection", name, r.Host)
+			}
+		}
 	}
 }
