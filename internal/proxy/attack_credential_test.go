@@ -279,3 +279,41 @@ func TestAttackTokenNotCarriedToAnotherHostOnOneConnection(t *testing.T) {
 		}
 	}
 }
+
+// Class 11 for SigV4: the body BotBox buffers to hash it reaches a
+// verifying origin intact over the interception listener, HTTP/1.1 and
+// HTTP/2, with and without a declared length (an HTTP/2 request without
+// content-length is read to its END_STREAM), and the echo of the signed
+// Authorization never shows the real key ID.
+func TestAttackSigV4EveryListener(t *testing.T) {
+	t.Parallel()
+	tab := placeholder.NewTable([]placeholder.Entry{{Ref: "aws-key-id", Placeholder: credPHKeyID, Current: true}, {Ref: "aws-secret", Placeholder: credPHSecret, Current: true}})
+	rules := "    - host: api.example.test\n      action: allow\n      credential: bedrock\n      max_request_body_bytes: 200000\n"
+	e := newEnv(t, envOpts{rules: rules, extraConfig: credentialsBlock + "    service: bedrock\n", credentials: true, placeholders: fixedPlaceholders{tab}})
+	e.writeSecret("aws-key-id", credRealKeyID+"\n")
+	e.writeSecret("aws-secret", credRealSecret+"\n")
+	waitSecret(t, e, "aws-secret")
+	verifyingOrigin(t, e, nil)
+	body := []byte(strings.Repeat(`{"text":"hello"}`, 10000)) // 160 kB: several reads and buffer growth steps
+	for _, h2 := range []bool{false, true} {
+		c := e.interceptClient(t, h2)
+		for _, known := range []bool{true, false} {
+			req, _ := http.NewRequest(http.MethodPost, "https://api.example.test/model/m/converse", strings.NewReader(string(body)))
+			if !known {
+				req.Body, req.ContentLength = io.NopCloser(strings.NewReader(string(body))), -1
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.ProtoMajor != map[bool]int{false: 1, true: 2}[h2] {
+				t.Fatalf("h2 %v, known length %v: %s %s", h2, known, resp.Status, got)
+			}
+			if all := string(got) + resp.Header.Get("X-Echo-Authorization"); strings.Contains(all, credRealKeyID) || strings.Contains(all, credRealSecret) {
+				t.Fatalf("h2 %v: the echo shows the real key: %s", h2, all)
+			}
+		}
+	}
+}
