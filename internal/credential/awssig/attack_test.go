@@ -15,7 +15,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/credential"
 )
 
@@ -184,4 +186,65 @@ func FuzzCopySourcePath(f *testing.F) {
 			t.Fatalf("%q accepted as %q: bucket %q", v, p, bucket)
 		}
 	})
+}
+
+// Class 10: the signing buffers of all requests together stay within the
+// process's budget. A request whose body does not fit waits (within its
+// context) instead of allocating; the budget comes back when the holding
+// request ends (its context: the handler returned) and at once when
+// buffering fails, so that neither a failed body nor an empty chunked
+// one leaks it.
+func TestAttackBufferBudget(t *testing.T) {
+	t.Parallel()
+	budget := credential.NewBufferBudget(1 << 20)
+	s, err := New(Options{Name: "aws", AccessKeyIDRef: "aws-key-id", SecretAccessKeyRef: "aws-secret", Region: "us-east-1",
+		Service: "bedrock", ServiceFor: config.AWSService, Budget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := "bedrock-runtime.us-east-1.amazonaws.com"
+	prepare := func(ctx context.Context, body io.Reader, length, maxBody int64) error {
+		in := httptest.NewRequest(http.MethodPost, "https://"+host+"/x", nil)
+		in.Body, in.ContentLength = io.NopCloser(body), length
+		_, err := s.Prepare(ctx, &credential.Request{In: in, Host: host, MaxBody: maxBody, Secrets: snapshot(false)})
+		return err
+	}
+	big := func() io.Reader { return strings.NewReader(strings.Repeat("a", 800<<10)) }
+	holdA, endA := context.WithCancel(context.Background())
+	if err := prepare(holdA, big(), 800<<10, 0); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := prepare(short, big(), 800<<10, 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second 800 KiB body within a 1 MiB budget: err = %v, want it to wait for the budget", err)
+	}
+	// An undeclared length reserves the rule's bound: 900 KiB do not fit
+	// beside A either.
+	short2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if err := prepare(short2, strings.NewReader(""), -1, 900<<10); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a chunked body under a 900 KiB bound beside A: err = %v, want it to wait", err)
+	}
+	endA() // A's handler returned
+	waitB, cancelB := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelB()
+	holdB, endB := context.WithCancel(waitB)
+	if err := prepare(holdB, big(), 800<<10, 0); err != nil {
+		t.Fatalf("after A ended: %v", err)
+	}
+	endB()
+	// Failures give the budget back at once, while their context lives.
+	live := context.Background()
+	for range 3 {
+		if err := prepare(live, &trickleBody{n: 10}, 800<<10, 0); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("a body cut short: %v", err)
+		}
+	}
+	if err := prepare(waitB, strings.NewReader(strings.Repeat("a", 2000)), -1, 1000); err == nil {
+		t.Fatal("a chunked body over its bound was accepted")
+	}
+	if !budget.Free(waitB) {
+		t.Fatal("the budget was not given back")
+	}
 }

@@ -73,6 +73,9 @@ type Options struct {
 	ServiceFor func(service, host string) (string, bool)
 	// Now is the signing clock (default time.Now).
 	Now func() time.Time
+	// Budget bounds the body buffers of every Signer of the process (nil:
+	// no bound).
+	Budget *credential.BufferBudget
 }
 
 // Signer is one aws_sigv4 credential. Safe for concurrent use.
@@ -153,15 +156,15 @@ func (s *Signer) Prepare(ctx context.Context, req *credential.Request) (credenti
 	if err := s.checkSignature(in.Header, req.Placeholders); err != nil {
 		return nil, err
 	}
-	hash, err := s.payloadHash(in, service, req)
+	creds, err := s.keys(req.Secrets)
 	if err != nil {
 		return nil, err
 	}
-	p := &prepared{s: s, service: service, hash: hash}
-	if p.creds, err = s.keys(req.Secrets); err != nil {
+	hash, err := s.payloadHash(ctx, in, service, req)
+	if err != nil {
 		return nil, err
 	}
-	return p, nil
+	return &prepared{s: s, service: service, hash: hash, creds: creds}, nil
 }
 
 // checkSignature accepts an unsigned request, or one signed with the
@@ -196,7 +199,7 @@ func (s *Signer) checkSignature(h http.Header, ph credential.Placeholders) error
 
 // payloadHash settles X-Amz-Content-Sha256 and, when it is the body's
 // hash, buffers the body into in (bounded).
-func (s *Signer) payloadHash(in *http.Request, service string, req *credential.Request) (string, error) {
+func (s *Signer) payloadHash(ctx context.Context, in *http.Request, service string, req *credential.Request) (string, error) {
 	declared := values(in.Header, "X-Amz-Content-Sha256")
 	if len(declared) > 1 {
 		return "", s.refuse("more than one X-Amz-Content-Sha256 header")
@@ -218,7 +221,7 @@ func (s *Signer) payloadHash(in *http.Request, service string, req *credential.R
 	if unsignedOK {
 		return UnsignedPayload, nil
 	}
-	body, err := s.buffer(in, req.MaxBody)
+	body, err := s.buffer(ctx, in, req.MaxBody)
 	if err != nil {
 		return "", err
 	}
@@ -233,7 +236,7 @@ func (s *Signer) payloadHash(in *http.Request, service string, req *credential.R
 // when 0), and replaces it with the bytes read. It grows the buffer with
 // what arrives: one allocation of the body's size for a body of known
 // length up to initialBodyBuffer, doubling steps above it.
-func (s *Signer) buffer(in *http.Request, limit int64) ([]byte, error) {
+func (s *Signer) buffer(ctx context.Context, in *http.Request, limit int64) (_ []byte, err error) {
 	if in.Body == nil || in.Body == http.NoBody || in.ContentLength == 0 {
 		return nil, nil
 	}
@@ -243,6 +246,25 @@ func (s *Signer) buffer(in *http.Request, limit int64) ([]byte, error) {
 	if in.ContentLength > limit {
 		return nil, &credential.BodyTooLargeError{Credential: s.o.Name, Limit: limit}
 	}
+	// The body's bound is reserved before a byte is read (the declared
+	// length, else the limit) and given back when ctx ends — the request's
+	// context, cancelled when its handler returns and the buffer is
+	// garbage: the buffers of all requests together stay within the
+	// process's budget (TestAttackBufferBudget).
+	need := limit
+	if in.ContentLength > 0 {
+		need = in.ContentLength
+	}
+	release, err := s.o.Budget.Reserve(ctx, need)
+	if err != nil {
+		return nil, fmt.Errorf("credential %q: waiting for body buffer space: %w", s.o.Name, err)
+	}
+	context.AfterFunc(ctx, release)
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
 	var body []byte
 	if in.ContentLength > 0 {
 		// The declared length (net/http's server ends the body there),
