@@ -317,3 +317,52 @@ func TestAttackSigV4EveryListener(t *testing.T) {
 		}
 	}
 }
+
+// Class 10, the budget's other side: every way a SigV4 request ends
+// gives its buffer reservation back — forwarded, an empty chunked body
+// (which ReverseProxy sends without a body), refused by the tripwire in
+// the body, the agent gone mid-body. Each request here reserves the
+// rule's 30 MiB bound (no declared length), so a leak of two would make
+// the third wait for the budget, then fail with 503.
+func TestAttackBufferBudgetComesBack(t *testing.T) {
+	t.Parallel()
+	tab := placeholder.NewTable([]placeholder.Entry{{Ref: "aws-key-id", Placeholder: credPHKeyID, Current: true}, {Ref: "aws-secret", Placeholder: credPHSecret, Current: true}})
+	rules := "    - host: api.example.test\n      action: allow\n      credential: bedrock\n      max_request_body_bytes: 31457280\n"
+	e := newEnv(t, envOpts{rules: rules, extraConfig: credentialsBlock + "    service: bedrock\n", credentials: true, placeholders: fixedPlaceholders{tab}})
+	e.writeSecret("aws-key-id", credRealKeyID+"\n")
+	e.writeSecret("aws-secret", credRealSecret+"\n")
+	waitSecret(t, e, "aws-secret")
+	verifyingOrigin(t, e, nil)
+	c := e.plainClient(t)
+	c.Timeout = 30 * time.Second // a leak shows as 503 after the budget's 10 s wait
+	send := func(body string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://api.example.test/model/m/converse", io.NopCloser(strings.NewReader(body)))
+		req.ContentLength = -1 // chunked: the reservation is the rule's bound
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("body %.20q: %v (a reservation leaked?)", body, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 3 {
+		if code := send(`{"i":1}`); code != http.StatusOK {
+			t.Fatalf("request %d: %d", i, code)
+		}
+		if code := send(""); code != http.StatusOK {
+			t.Fatalf("empty body %d: %d", i, code)
+		}
+		if code := send(`{"k":"` + credPHSecret + `"}`); code != http.StatusForbidden {
+			t.Fatalf("placeholder in the body %d: %d", i, code)
+		}
+		// The agent goes away mid-body.
+		conn, err := net.Dial("tcp", e.plain.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(conn, "POST /model/m/converse HTTP/1.1\r\nHost: api.example.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+		time.Sleep(20 * time.Millisecond) // the handler is reading the body (a longer wait changes nothing)
+		conn.Close()
+	}
+}

@@ -226,6 +226,12 @@ func TestAttackBufferBudget(t *testing.T) {
 	if err := prepare(short2, strings.NewReader(""), -1, 900<<10); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a chunked body under a 900 KiB bound beside A: err = %v, want it to wait", err)
 	}
+	// A bounded wait: then 503 with Retry-After, never a wait without end.
+	s.o.BudgetWait = 50 * time.Millisecond
+	if err := prepare(context.Background(), big(), 800<<10, 0); !isUnavailable(err) {
+		t.Fatalf("budget still full after BudgetWait: err = %v, want *credential.UnavailableError", err)
+	}
+	s.o.BudgetWait = 10 * time.Second
 	endA() // A's handler returned
 	waitB, cancelB := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelB()
@@ -247,4 +253,9 @@ func TestAttackBufferBudget(t *testing.T) {
 	if !budget.Free(waitB) {
 		t.Fatal("the budget was not given back")
 	}
+}
+
+func isUnavailable(err error) bool {
+	ue, ok := errors.AsType[*credential.UnavailableError](err)
+	return ok && ue.RetryAfter >= time.Second
 }

@@ -76,6 +76,9 @@ type Options struct {
 	// Budget bounds the body buffers of every Signer of the process (nil:
 	// no bound).
 	Budget *credential.BufferBudget
+	// BudgetWait bounds how long a request waits for Budget (default
+	// 10s); then it fails with *credential.UnavailableError (503).
+	BudgetWait time.Duration
 }
 
 // Signer is one aws_sigv4 credential. Safe for concurrent use.
@@ -107,6 +110,9 @@ func New(o Options) (*Signer, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.BudgetWait <= 0 {
+		o.BudgetWait = 10 * time.Second
 	}
 	// DisableHeaderHoisting: header signing never moves headers to the
 	// query (hoisting only applies to presigning anyway).
@@ -255,8 +261,15 @@ func (s *Signer) buffer(ctx context.Context, in *http.Request, limit int64) (_ [
 	if in.ContentLength > 0 {
 		need = in.ContentLength
 	}
-	release, err := s.o.Budget.Reserve(ctx, need)
-	if err != nil {
+	wait, cancel := context.WithTimeout(ctx, s.o.BudgetWait)
+	release, err := s.o.Budget.Reserve(wait, need)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() == nil:
+		// Fail closed and visible, never a wait without end behind
+		// bodies that do not arrive.
+		return nil, &credential.UnavailableError{Credential: s.o.Name, RetryAfter: time.Second, Err: errBudgetFull}
+	case err != nil:
 		return nil, fmt.Errorf("credential %q: waiting for body buffer space: %w", s.o.Name, err)
 	}
 	context.AfterFunc(ctx, release)
@@ -404,6 +417,9 @@ func presigned(rawQuery string) bool {
 	}
 	return false
 }
+
+// errBudgetFull is the error of a body that found no buffer space in time.
+var errBudgetFull = errors.New("the signing buffers of all requests are at their budget")
 
 // initialBodyBuffer is the most buffer allocated before any body byte
 // arrives; it then doubles with what arrives, up to the declared length.
