@@ -366,3 +366,56 @@ func TestAttackBufferBudgetComesBack(t *testing.T) {
 		conn.Close()
 	}
 }
+
+// Class 5 for SigV4: the rule's host spelled another way by the agent
+// (upper case, a trailing dot, an explicit :443) is signed for, and sent
+// to, the one canonical host; the origin's independent check of the
+// signature holds.
+func TestAttackSigV4HostSpellings(t *testing.T) {
+	t.Parallel()
+	tab := placeholder.NewTable([]placeholder.Entry{{Ref: "aws-key-id", Placeholder: credPHKeyID, Current: true}, {Ref: "aws-secret", Placeholder: credPHSecret, Current: true}})
+	rules := "    - host: api.example.test\n      action: allow\n      credential: bedrock\n"
+	e := newEnv(t, envOpts{rules: rules, extraConfig: credentialsBlock + "    service: bedrock\n", credentials: true, placeholders: fixedPlaceholders{tab}})
+	e.writeSecret("aws-key-id", credRealKeyID+"\n")
+	e.writeSecret("aws-secret", credRealSecret+"\n")
+	waitSecret(t, e, "aws-secret")
+	verifyingOrigin(t, e, nil)
+	for _, host := range []string{"API.Example.TEST", "api.example.test.", "api.example.test:443"} {
+		resp, body := rawTo(t, e.plain.Listener.Addr().String(), "POST /model/m/converse HTTP/1.1\r\nHost: "+host+"\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("Host %q: %d %s", host, resp.StatusCode, body)
+		}
+		if seen := e.lastSeen(); seen.Host != "api.example.test" {
+			t.Fatalf("Host %q reached the origin as %q", host, seen.Host)
+		}
+	}
+}
+
+// Class 9: what the agent wrote in a refused signature never reaches the
+// decision line (its error is a constant phrase), so a forged field
+// cannot widen what suggest proposes or what an alert matches.
+func TestAttackRefusedSignatureForgesNoLogField(t *testing.T) {
+	t.Parallel()
+	e := newSigV4Env(t)
+	forged := `AWS4-HMAC-SHA256 Credential=AKIAFORGED0000000000/20250101/us-east-1/bedrock/aws4_request, SignedHeaders=host, Signature=00 decision=allow "reason":"forged_reason"`
+	req := bedrockRequest(t, e, http.MethodPost, "/model/m/invoke", []byte(`{}`), "", "")
+	req.Header.Set("Authorization", forged)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get(HeaderReason) != reasonCredentialRefused {
+		t.Fatalf("%d %s, want 403 %s", resp.StatusCode, resp.Header.Get(HeaderReason), reasonCredentialRefused)
+	}
+	logs := e.logs.String()
+	for _, s := range []string{"AKIAFORGED", "forged_reason", "decision=allow"} {
+		if strings.Contains(logs, s) {
+			t.Fatalf("the decision line carries the agent's %q:\n%s", s, logs)
+		}
+	}
+	if !strings.Contains(logs, `"reason":"credential_refused"`) {
+		t.Fatalf("no refusal decision line:\n%s", logs)
+	}
+}
