@@ -7,8 +7,12 @@ package mint
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,5 +166,36 @@ func TestAttackHungTokenEndpoint(t *testing.T) {
 	}
 	if n := e.srv.Mints.Load(); n != 1 {
 		t.Fatalf("%d mints, want the one the waiting requests shared", n)
+	}
+}
+
+// Fail closed on the grant, like the permissions check: a token asked
+// for some repositories that GitHub grants for every repository of the
+// installation (repository_selection "all", or none said) is refused and
+// revoked, never used.
+func TestAttackGrantForEveryRepositoryIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, selection := range []string{"all", ""} {
+		var revoked atomic.Int64
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodDelete {
+				revoked.Add(1)
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"token":"ghs_wide","expires_at":%q,"permissions":{"contents":"read"},"repository_selection":%q}`,
+				time.Now().Add(time.Hour).UTC().Format(time.RFC3339), selection)
+		}))
+		t.Cleanup(srv.Close)
+		_, keyPEM := rsaKey(t)
+		st := &store{}
+		st.set(map[string]string{"gh-key": keyPEM})
+		m := &GitHubApp{Name: "github", AppID: 1, InstallationID: 2, PrivateKeyRef: "gh-key", Repositories: []string{"app"},
+			Permissions: map[string]string{"contents": "read"}, APIURL: srv.URL, Client: srv.Client(), Secrets: st.lookup, Now: time.Now}
+		_, err := m.Mint(context.Background())
+		if err == nil || strings.Contains(err.Error(), "ghs_wide") || revoked.Load() != 1 {
+			t.Fatalf("repository_selection %q: err = %v, %d revocations; want refused and revoked", selection, err, revoked.Load())
+		}
 	}
 }

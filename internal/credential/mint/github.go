@@ -108,14 +108,20 @@ func (g *GitHubApp) Mint(ctx context.Context) (Token, error) {
 		return Token{}, fmt.Errorf("POST %s: status %d (want 201)", url, resp.StatusCode)
 	}
 	var out struct {
-		Token       string            `json:"token"`
-		ExpiresAt   time.Time         `json:"expires_at"`
-		Permissions map[string]string `json:"permissions"`
+		Token               string            `json:"token"`
+		ExpiresAt           time.Time         `json:"expires_at"`
+		Permissions         map[string]string `json:"permissions"`
+		RepositorySelection string            `json:"repository_selection"`
 	}
 	if err := json.Unmarshal(data, &out); err != nil || out.Token == "" || out.ExpiresAt.IsZero() {
 		return Token{}, fmt.Errorf("POST %s: the answer is not an installation token (token, expires_at)", url)
 	}
-	if err := g.checkGranted(out.Permissions); err != nil {
+	err = g.checkGranted(out.Permissions)
+	if err == nil && len(g.Repositories) > 0 && out.RepositorySelection != "selected" {
+		// Asked for some repositories, granted every one (or said nothing).
+		err = fmt.Errorf("GitHub granted repository_selection %q for a token limited to %d repositories; the token was refused", clipCode(out.RepositorySelection), len(g.Repositories))
+	}
+	if err != nil {
 		// Revoke the token it should not have minted.
 		_ = g.Revoke(ctx, Token{Value: out.Token})
 		return Token{}, err
