@@ -25,7 +25,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/botbox/botbox/internal/secrets"
 )
@@ -153,3 +156,47 @@ func (e *MissingSecretError) Error() string {
 // request, enough for the JSON APIs that sign their body (a Bedrock
 // Converse request with images and documents). docs/config.md says why.
 const DefaultMaxBody int64 = 16 << 20
+
+// DefaultBufferBudget bounds the bytes all SigV4 credentials of a
+// process hold in body buffers at once: four bodies of DefaultMaxBody.
+// Without it the memory of the signing buffers grows with the agent's
+// concurrency (HTTP/2 streams × connections × the body bound).
+const DefaultBufferBudget int64 = 4 * DefaultMaxBody
+
+// BufferBudget is a process-wide bound on buffered request bodies. A
+// request reserves its body's bound before reading it and waits, within
+// its context, while the budget is taken; a body larger than the whole
+// budget waits for all of it. Safe for concurrent use; nil is no bound.
+type BufferBudget struct {
+	sem  *semaphore.Weighted
+	size int64
+}
+
+// NewBufferBudget returns a budget of size bytes.
+func NewBufferBudget(size int64) *BufferBudget {
+	return &BufferBudget{sem: semaphore.NewWeighted(size), size: size}
+}
+
+// Reserve takes n bytes (at most the budget's size) and returns the
+// function that gives them back (idempotent). It fails with ctx's error.
+func (b *BufferBudget) Reserve(ctx context.Context, n int64) (release func(), err error) {
+	if b == nil || n <= 0 {
+		return func() {}, nil
+	}
+	n = min(n, b.size)
+	if err := b.sem.Acquire(ctx, n); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { b.sem.Release(n) }) }, nil
+}
+
+// Free reports whether the whole budget is free, waiting within ctx for
+// the reservations to end (tests).
+func (b *BufferBudget) Free(ctx context.Context) bool {
+	if err := b.sem.Acquire(ctx, b.size); err != nil {
+		return false
+	}
+	b.sem.Release(b.size)
+	return true
+}

@@ -10,9 +10,14 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/botbox/botbox/internal/config"
 	"github.com/botbox/botbox/internal/credential"
+	"github.com/botbox/botbox/internal/credential/awssig"
+	"github.com/botbox/botbox/internal/generation"
+	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/telemetry"
 )
@@ -101,6 +106,44 @@ func (h *Handler) prepareCredential(r *http.Request, x *exchange, d policy.Decis
 		h.reject(x, f.status, f.body, decision, f.reason)
 	}
 	return false
+}
+
+// admitCopySource judges an S3 copy's source — X-Amz-Copy-Source, the
+// object the origin reads with the credential's key — as a GET of it on
+// the same host (awssig.CopySourcePath): the rule that allowed the
+// request must allow that GET too (its routes), and a virtual-hosted
+// bucket host copies only from its own bucket. Otherwise the agent could
+// have BotBox sign a copy out of another bucket, or a prefix the routes
+// keep from it, into a place it may read (TestAttackS3CopySourceOutsideTheRule).
+// It answers a refusal itself (403 credential_refused) and returns false.
+func (h *Handler) admitCopySource(r *http.Request, x *exchange, hp hostport.HostPort, g *generation.Generation, d policy.Decision) bool {
+	c, _ := h.ruleCredential(d)
+	if c == nil || c.Type() != config.CredentialAWSSigV4 {
+		return true
+	}
+	var sources []string
+	for k, v := range r.Header {
+		if strings.EqualFold(k, "X-Amz-Copy-Source") {
+			sources = append(sources, v...)
+		}
+	}
+	if len(sources) == 0 {
+		return true
+	}
+	ok := len(sources) == 1
+	if ok {
+		var p string
+		if p, ok = awssig.CopySourcePath(hp.Host, sources[0]); ok {
+			src := g.Policy.Decide(policy.Target{Host: hp, Method: http.MethodGet, Path: p})
+			ok = src.Allowed() && src.Rule == d.Rule
+		}
+	}
+	if !ok {
+		x.credential, x.hostLabel = d.Rule.Credential, d.Rule.Host
+		x.errText = "X-Amz-Copy-Source names an object the rule does not allow reading"
+		h.reject(x, http.StatusForbidden, bodyCredentialRefused, telemetry.DecisionDeniedCredential, reasonCredentialRefused)
+	}
+	return ok
 }
 
 // isType reports whether err wraps an E.

@@ -373,7 +373,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if l := g.Limits(d); l != nil {
 		maxBody = l.MaxBodyBytes
 	}
-	if !h.prepareCredential(r, x, d, dp.Cleartext, maxBody) {
+	if !h.admitCopySource(r, x, hp, g, d) || !h.prepareCredential(r, x, d, dp.Cleartext, maxBody) {
 		return
 	}
 	// GotConn runs for new and reused connections alike, HTTP/1 and

@@ -74,6 +74,12 @@ type Options struct {
 	ServiceFor func(service, host string) (string, bool)
 	// Now is the signing clock (default time.Now).
 	Now func() time.Time
+	// Budget bounds the body buffers of every Signer of the process (nil:
+	// no bound).
+	Budget *credential.BufferBudget
+	// BudgetWait bounds how long a request waits for Budget (default
+	// 10s); then it fails with *credential.UnavailableError (503).
+	BudgetWait time.Duration
 }
 
 // Signer is one aws_sigv4 credential. Safe for concurrent use.
@@ -105,6 +111,9 @@ func New(o Options) (*Signer, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.BudgetWait <= 0 {
+		o.BudgetWait = 10 * time.Second
 	}
 	// DisableHeaderHoisting: header signing never moves headers to the
 	// query (hoisting only applies to presigning anyway).
@@ -154,15 +163,15 @@ func (s *Signer) Prepare(ctx context.Context, req *credential.Request) (credenti
 	if err := s.checkSignature(in.Header, req.Placeholders); err != nil {
 		return nil, err
 	}
-	hash, err := s.payloadHash(in, service, req)
+	creds, err := s.keys(req.Secrets)
 	if err != nil {
 		return nil, err
 	}
-	p := &prepared{s: s, service: service, hash: hash}
-	if p.creds, err = s.keys(req.Secrets); err != nil {
+	hash, err := s.payloadHash(ctx, in, service, req)
+	if err != nil {
 		return nil, err
 	}
-	return p, nil
+	return &prepared{s: s, service: service, hash: hash, creds: creds}, nil
 }
 
 // checkSignature accepts an unsigned request, or one signed with the
@@ -197,7 +206,7 @@ func (s *Signer) checkSignature(h http.Header, ph credential.Placeholders) error
 
 // payloadHash settles X-Amz-Content-Sha256 and, when it is the body's
 // hash, buffers the body into in (bounded).
-func (s *Signer) payloadHash(in *http.Request, service string, req *credential.Request) (string, error) {
+func (s *Signer) payloadHash(ctx context.Context, in *http.Request, service string, req *credential.Request) (string, error) {
 	declared := values(in.Header, "X-Amz-Content-Sha256")
 	if len(declared) > 1 {
 		return "", s.refuse("more than one X-Amz-Content-Sha256 header")
@@ -219,7 +228,7 @@ func (s *Signer) payloadHash(in *http.Request, service string, req *credential.R
 	if unsignedOK {
 		return UnsignedPayload, nil
 	}
-	body, err := s.buffer(in, req.MaxBody)
+	body, err := s.buffer(ctx, in, req.MaxBody)
 	if err != nil {
 		return "", err
 	}
@@ -231,9 +240,10 @@ func (s *Signer) payloadHash(in *http.Request, service string, req *credential.R
 }
 
 // buffer reads in's body whole, up to limit (credential.DefaultMaxBody
-// when 0), and replaces it with the bytes read. It allocates the body's
-// length once when Content-Length says it, else grows to what arrives.
-func (s *Signer) buffer(in *http.Request, limit int64) ([]byte, error) {
+// when 0), and replaces it with the bytes read. It grows the buffer with
+// what arrives: one allocation of the body's size for a body of known
+// length up to initialBodyBuffer, doubling steps above it.
+func (s *Signer) buffer(ctx context.Context, in *http.Request, limit int64) (_ []byte, err error) {
 	if in.Body == nil || in.Body == http.NoBody || in.ContentLength == 0 {
 		return nil, nil
 	}
@@ -243,12 +253,39 @@ func (s *Signer) buffer(in *http.Request, limit int64) ([]byte, error) {
 	if in.ContentLength > limit {
 		return nil, &credential.BodyTooLargeError{Credential: s.o.Name, Limit: limit}
 	}
+	// The body's bound is reserved before a byte is read (the declared
+	// length, else the limit) and given back when ctx ends — the request's
+	// context, cancelled when its handler returns and the buffer is
+	// garbage: the buffers of all requests together stay within the
+	// process's budget (TestAttackBufferBudget).
+	need := limit
+	if in.ContentLength > 0 {
+		need = in.ContentLength
+	}
+	wait, cancel := context.WithTimeout(ctx, s.o.BudgetWait)
+	release, err := s.o.Budget.Reserve(wait, need)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() == nil:
+		// Fail closed and visible, never a wait without end behind
+		// bodies that do not arrive.
+		return nil, &credential.UnavailableError{Credential: s.o.Name, RetryAfter: time.Second, Err: errBudgetFull}
+	case err != nil:
+		return nil, fmt.Errorf("credential %q: waiting for body buffer space: %w", s.o.Name, err)
+	}
+	context.AfterFunc(ctx, release)
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
 	var body []byte
 	if in.ContentLength > 0 {
-		// Exactly the declared length (net/http's server ends the body
-		// there): one allocation, the body's size.
-		body = make([]byte, in.ContentLength)
-		if _, err := io.ReadFull(in.Body, body); err != nil {
+		// The declared length (net/http's server ends the body there),
+		// allocated as it arrives: a declared length costs nothing until
+		// its bytes come (TestAttackDeclaredLengthIsNotPreallocated).
+		var err error
+		if body, err = readDeclared(in.Body, in.ContentLength); err != nil {
 			return nil, fmt.Errorf("credential %q: reading the request body to sign it: %w", s.o.Name, err)
 		}
 	} else {
@@ -263,7 +300,9 @@ func (s *Signer) buffer(in *http.Request, limit int64) ([]byte, error) {
 		body = buf.Bytes()
 	}
 	in.Body = &bufferedBody{Reader: bytes.NewReader(body), orig: in.Body}
-	in.ContentLength = int64(len(body))
+	// Sent with its length, never chunked: the signature covers
+	// Content-Length (TestAttackSigV4EveryListener).
+	in.ContentLength, in.TransferEncoding = int64(len(body)), nil
 	return body, nil
 }
 
@@ -377,4 +416,35 @@ func presigned(rawQuery string) bool {
 		}
 	}
 	return false
+}
+
+// errBudgetFull is the error of a body that found no buffer space in time.
+var errBudgetFull = errors.New("the signing buffers of all requests are at their budget")
+
+// initialBodyBuffer is the most buffer allocated before any body byte
+// arrives; it then doubles with what arrives, up to the declared length.
+const initialBodyBuffer = 64 << 10
+
+// readDeclared reads exactly n bytes from r into a buffer that starts at
+// min(n, initialBodyBuffer) and doubles, capped at n, only when full.
+func readDeclared(r io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, 0, min(n, initialBodyBuffer))
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(n, 2*int64(cap(buf))))
+			copy(grown, buf)
+			buf = grown
+		}
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		switch {
+		case int64(len(buf)) == n:
+			return buf, nil
+		case err == io.EOF:
+			return nil, io.ErrUnexpectedEOF
+		case err != nil:
+			return nil, err
+		}
+	}
+	return buf, nil
 }

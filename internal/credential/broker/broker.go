@@ -72,10 +72,11 @@ func New(o Options) (*Broker, error) {
 	}
 	b := &Broker{creds: map[string]credential.Credential{}, revokeTimeout: o.RevokeTimeout, log: o.Logger}
 	var metrics *mint.Metrics
+	budget := credential.NewBufferBudget(credential.DefaultBufferBudget)
 	for _, c := range o.Credentials {
 		if c.Type == config.CredentialAWSSigV4 {
 			s, err := awssig.New(awssig.Options{Name: c.Name, AccessKeyIDRef: c.AccessKeyIDRef, SecretAccessKeyRef: c.SecretAccessKeyRef,
-				SessionTokenRef: c.SessionTokenRef, Region: c.Region, Service: c.Service, ServiceFor: config.AWSService, Now: o.Now})
+				SessionTokenRef: c.SessionTokenRef, Region: c.Region, Service: c.Service, ServiceFor: config.AWSService, Now: o.Now, Budget: budget})
 			if err != nil {
 				return nil, fmt.Errorf("credential %q: %w", c.Name, err)
 			}

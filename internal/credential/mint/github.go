@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -105,14 +108,20 @@ func (g *GitHubApp) Mint(ctx context.Context) (Token, error) {
 		return Token{}, fmt.Errorf("POST %s: status %d (want 201)", url, resp.StatusCode)
 	}
 	var out struct {
-		Token       string            `json:"token"`
-		ExpiresAt   time.Time         `json:"expires_at"`
-		Permissions map[string]string `json:"permissions"`
+		Token               string            `json:"token"`
+		ExpiresAt           time.Time         `json:"expires_at"`
+		Permissions         map[string]string `json:"permissions"`
+		RepositorySelection string            `json:"repository_selection"`
 	}
 	if err := json.Unmarshal(data, &out); err != nil || out.Token == "" || out.ExpiresAt.IsZero() {
 		return Token{}, fmt.Errorf("POST %s: the answer is not an installation token (token, expires_at)", url)
 	}
-	if err := g.checkGranted(out.Permissions); err != nil {
+	err = g.checkGranted(out.Permissions)
+	if err == nil && len(g.Repositories) > 0 && out.RepositorySelection != "selected" {
+		// Asked for some repositories, granted every one (or said nothing).
+		err = fmt.Errorf("GitHub granted repository_selection %q for a token limited to %d repositories; the token was refused", clipCode(out.RepositorySelection), len(g.Repositories))
+	}
+	if err != nil {
 		// Revoke the token it should not have minted.
 		_ = g.Revoke(ctx, Token{Value: out.Token})
 		return Token{}, err
@@ -164,6 +173,30 @@ func (g *GitHubApp) Revoke(ctx context.Context, tok Token) error {
 		return fmt.Errorf("DELETE %s: status %d (want 204)", url, resp.StatusCode)
 	}
 	return nil
+}
+
+// ReachesOwnEndpoint reports whether escapedPath (a request's, as the
+// agent sent it) may be read as {api}/installation/token, where GitHub
+// revokes the bearer token: decoded (up to three times), case-folded,
+// backslashes as slashes, cut at ';', dot segments and repeated or
+// trailing slashes and dots removed, a format suffix ("token.json")
+// dropped. Any method: GitHub serves nothing else there.
+func (g *GitHubApp) ReachesOwnEndpoint(escapedPath string) bool {
+	base := ""
+	if u, err := url.Parse(g.APIURL); err == nil {
+		base = strings.TrimSuffix(u.Path, "/")
+	}
+	p := escapedPath
+	for range 3 {
+		if d, err := url.PathUnescape(p); err == nil {
+			p = d
+		}
+	}
+	p = strings.ToLower(strings.ReplaceAll(p, `\`, "/"))
+	p, _, _ = strings.Cut(p, ";")
+	p = strings.TrimRight(path.Clean("/"+p), "/. ")
+	want := strings.ToLower(base) + "/installation/token"
+	return p == want || strings.HasPrefix(p, want+".")
 }
 
 var errNoClient = errors.New("mint: no HTTP client")

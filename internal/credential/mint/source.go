@@ -81,6 +81,7 @@ type Source struct {
 	lastErr  error         // the last mint's error (nil after a success)
 	failures int           // consecutive failed mints
 	retryAt  time.Time     // when the next mint may start after a failure
+	ended    bool          // Revoke ran: nothing is minted any more
 }
 
 // held is one token generation: the token, when it is due for
@@ -175,6 +176,10 @@ func (s *Source) current(ctx context.Context) (*held, error) {
 			s.mu.Unlock()
 			return h, nil
 		}
+		if s.ended {
+			s.mu.Unlock()
+			return nil, &credential.UnavailableError{Credential: s.o.Name, RetryAfter: minBackoff, Err: errEnded}
+		}
 		if s.inflight == nil && s.lastErr != nil && now.Before(s.retryAt) {
 			err := s.unavailableLocked(now)
 			s.mu.Unlock()
@@ -261,6 +266,9 @@ func (s *Source) mint(ctx context.Context, done chan struct{}) {
 	}
 }
 
+// errEnded is the error of a request after Revoke (the Pod is ending).
+var errEnded = errorString("the credential's tokens were revoked at shutdown")
+
 // errExpired is the error of a mint whose token is already expired.
 var errExpired = errorString("the token endpoint returned a token that is already expired")
 
@@ -280,6 +288,10 @@ func backoff(failures int) time.Duration {
 func (s *Source) Run(ctx context.Context) {
 	for {
 		s.mu.Lock()
+		if s.ended {
+			s.mu.Unlock()
+			return
+		}
 		now := s.o.Now()
 		var wait time.Duration
 		switch {
@@ -314,9 +326,21 @@ func (s *Source) Run(ctx context.Context) {
 }
 
 // Revoke revokes the current token and the one before it, where the type
-// can (github_app); the Source then holds none.
+// can (github_app); the Source then holds none and mints no more (a
+// request that outlived the drain gets 503, never a token that would
+// outlive the Pod: TestAttackNoMintAfterRevoke). A mint in flight is
+// waited for (within ctx) so that its token is revoked too.
 func (s *Source) Revoke(ctx context.Context) error {
 	s.mu.Lock()
+	s.ended = true
+	if wait := s.inflight; wait != nil {
+		s.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+	}
 	toks := []*held{s.cur, s.prev}
 	s.cur, s.prev = nil, nil
 	s.mu.Unlock()
@@ -343,9 +367,23 @@ func (s *Source) Revoke(ctx context.Context) error {
 	return first
 }
 
+// ownEndpoints is implemented by a Minter whose token may be sent to an
+// endpoint that acts on the token itself (GitHub's revocation).
+type ownEndpoints interface {
+	// ReachesOwnEndpoint reports whether a request for the escaped path
+	// may reach such an endpoint under any reading the issuer may make.
+	ReachesOwnEndpoint(escapedPath string) bool
+}
+
 // Prepare implements credential.Credential: a valid token (waiting for
-// the mint in flight), sent as Authorization: Bearer.
-func (s *Source) Prepare(ctx context.Context, _ *credential.Request) (credential.Prepared, error) {
+// the mint in flight), sent as Authorization: Bearer. A request that may
+// reach an endpoint acting on the token itself is refused: the agent
+// must not have BotBox revoke the Pod's token
+// (TestAttackAgentCannotRevokeTheToken).
+func (s *Source) Prepare(ctx context.Context, req *credential.Request) (credential.Prepared, error) {
+	if o, ok := s.o.Minter.(ownEndpoints); ok && req != nil && req.In != nil && o.ReachesOwnEndpoint(req.In.URL.EscapedPath()) {
+		return nil, &credential.RefusedError{Credential: s.o.Name, Why: "the token is never sent to its own revocation endpoint"}
+	}
 	h, err := s.current(ctx)
 	if err != nil {
 		return nil, err
