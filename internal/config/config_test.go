@@ -166,6 +166,7 @@ func TestDefaults(t *testing.T) {
 
 		MaxConcurrentRequests:     1024,
 		HTTP2MaxConcurrentStreams: 100,
+		HTTP1Engine:               "botbox",
 		Interception: Interception{
 			ListenAddr:          netip.MustParseAddr("127.0.0.1"),
 			ListenPort:          8443,

@@ -35,9 +35,10 @@ type effConfig struct {
 	UpstreamMaxConnsPerHost int `yaml:"upstream_max_conns_per_host"`
 	UpstreamMaxIdleConns    int `yaml:"upstream_max_idle_conns"`
 
-	MaxConcurrentRequests         int   `yaml:"max_concurrent_requests"`
-	HTTP2MaxConcurrentStreams     int   `yaml:"http2_max_concurrent_streams"`
-	DownstreamWriteTimeoutSeconds int64 `yaml:"downstream_write_timeout_seconds"`
+	MaxConcurrentRequests         int    `yaml:"max_concurrent_requests"`
+	HTTP2MaxConcurrentStreams     int    `yaml:"http2_max_concurrent_streams"`
+	HTTP1Engine                   string `yaml:"http1_engine"`
+	DownstreamWriteTimeoutSeconds int64  `yaml:"downstream_write_timeout_seconds"`
 
 	EgressPolicy      effPolicy       `yaml:"egress_policy"`
 	HTTPSInterception effInterception `yaml:"https_interception"`
@@ -179,6 +180,7 @@ func (c *Config) Effective() ([]byte, error) {
 
 		MaxConcurrentRequests:         c.MaxConcurrentRequests,
 		HTTP2MaxConcurrentStreams:     c.HTTP2MaxConcurrentStreams,
+		HTTP1Engine:                   c.HTTP1Engine,
 		DownstreamWriteTimeoutSeconds: seconds(c.Timeouts.DownstreamWrite),
 
 		EgressPolicy: effPolicy{DefaultAction: c.Policy.DefaultAction, Rules: []effRule{}, Mode: c.Policy.Mode},

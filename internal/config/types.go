@@ -40,6 +40,10 @@ type Config struct {
 	// HTTP2MaxConcurrentStreams is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS
 	// the interception listener announces per connection (default 100).
 	HTTP2MaxConcurrentStreams int
+	// HTTP1Engine is the server of HTTP/1.1 connections on both proxy
+	// listeners: EngineBotBox (default; package engine, which hands the
+	// unusual ones to net/http) or EngineNetHTTP (net/http for all).
+	HTTP1Engine string
 	// AllowNonLoopback permits a non-loopback ListenAddr (default false).
 	AllowNonLoopback bool
 	// Policy is the egress policy.
@@ -205,6 +209,12 @@ type RateLimit struct {
 	RequestsPerSecond float64
 	Burst             int
 }
+
+// The values of http1_engine.
+const (
+	EngineBotBox  = "botbox"
+	EngineNetHTTP = "net/http"
+)
 
 // Mode is egress_policy.mode.
 type Mode string

@@ -213,6 +213,15 @@ func validate(w *wireConfig, idx *posIndex) (*Config, []*FieldError) {
 	cfg.Timeouts.DownstreamWrite = c.seconds("downstream_write_timeout_seconds", w.DownstreamWriteTimeoutSeconds, defaultDownstreamWriteTimeoutSeconds, 1, 3600)
 	cfg.MaxConcurrentRequests = int(c.intIn("max_concurrent_requests", w.MaxConcurrentRequests,
 		min(int64(defaultRequestsPerConnection)*int64(max(cfg.MaxConnections, 1)), int64(maxConnectionsLimit)), 1, maxConnectionsLimit))
+	cfg.HTTP1Engine = EngineBotBox
+	if w.HTTP1Engine != nil {
+		switch e := *w.HTTP1Engine; e {
+		case EngineBotBox, EngineNetHTTP:
+			cfg.HTTP1Engine = e
+		default:
+			c.errorf("http1_engine", "must be botbox or net/http, got '%s'", clip(e))
+		}
+	}
 	cfg.HTTP2MaxConcurrentStreams = int(c.intIn("http2_max_concurrent_streams", w.HTTP2MaxConcurrentStreams, defaultHTTP2MaxConcurrentStreams, 1, http2MaxConcurrentStreamsLimit))
 	cfg.SecretsReloadDebounce = c.ms("secrets_reload_debounce_ms", w.SecretsReloadDebounceMS, defaultSecretsReloadDebounceMS, 1, 60_000)
 	cfg.SecretsResyncInterval = c.seconds("secrets_resync_seconds", w.SecretsResyncSeconds, defaultSecretsResyncSeconds, 1, 3600)

@@ -34,9 +34,10 @@ type wireConfig struct {
 	UpstreamMaxIdleConns    *int64 `yaml:"upstream_max_idle_conns"`
 
 	// Request budget and downstream stream bounds (server).
-	MaxConcurrentRequests         *int64 `yaml:"max_concurrent_requests"`
-	HTTP2MaxConcurrentStreams     *int64 `yaml:"http2_max_concurrent_streams"`
-	DownstreamWriteTimeoutSeconds *int64 `yaml:"downstream_write_timeout_seconds"`
+	MaxConcurrentRequests         *int64  `yaml:"max_concurrent_requests"`
+	HTTP2MaxConcurrentStreams     *int64  `yaml:"http2_max_concurrent_streams"`
+	HTTP1Engine                   *string `yaml:"http1_engine"`
+	DownstreamWriteTimeoutSeconds *int64  `yaml:"downstream_write_timeout_seconds"`
 
 	EgressPolicy      *wirePolicy       `yaml:"egress_policy"`
 	HTTPSInterception *wireInterception `yaml:"https_interception"`

@@ -86,14 +86,15 @@ var allowedInternal = map[string][]string{
 	"mitm":        {"echo", "hostport"},
 	"netfilter":   {},
 	"listener":    {"telemetry"},
-	"credential":  {"config", "secrets", "telemetry", "upstream"},                                                                                                 // secrets only for the Value type; upstream: the token client's dial policy
-	"proxy":       {"config", "credential", "generation", "hostport", "placeholder", "policy", "reqpath", "rewrite", "scrub", "secrets", "telemetry", "upstream"}, // reqpath: Override for the policy's Target
+	"engine":      {},                                                                                                                                                       // a leaf: an HTTP/1.1 server, nothing of BotBox's policy
+	"credential":  {"config", "secrets", "telemetry", "upstream"},                                                                                                           // secrets only for the Value type; upstream: the token client's dial policy
+	"proxy":       {"config", "credential", "engine", "generation", "hostport", "placeholder", "policy", "reqpath", "rewrite", "scrub", "secrets", "telemetry", "upstream"}, // reqpath: Override for the policy's Target
 	"cli":         {},
 	"localmode":   {"config", "mitm", "placeholder", "secretref", "server", "telemetry"}, // server: the sidecar's pipeline, fed the listeners made in the command's namespace
 	"inject":      {"netfilter"},
 	"webhook":     {"inject", "telemetry"},
-	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                                                          // hostport: the same canonical name the policy judged
-	"server":      {"addrguard", "admin", "config", "credential", "dnsguard", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
+	"dnsguard":    {"generation", "hostport", "policy", "telemetry"},                                                                                                                                                    // hostport: the same canonical name the policy judged
+	"server":      {"addrguard", "admin", "config", "credential", "dnsguard", "engine", "generation", "hostport", "listener", "mitm", "placeholder", "policy", "proxy", "secrets", "telemetry", "upstream", "volwatch"}, // volwatch: the config file watch
 }
 
 func TestInternalImportRules(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/botbox/botbox/internal/rewrite"
@@ -149,6 +150,9 @@ func writePlain(w http.ResponseWriter, status int, body, reason string) {
 			h.Set(HeaderHint, hint)
 		}
 	}
+	// The length too: net/http would compute it for so short a body,
+	// BotBox's engine writes what the handler declares (package engine).
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(body))
 }

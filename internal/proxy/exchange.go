@@ -40,6 +40,7 @@ type exchange struct {
 	trace     httptrace.ClientTrace
 	id        string
 	listener  string
+	engine    string // telemetry.EngineBotBox or EngineNetHTTP
 	remote    string // the agent's connection (r.RemoteAddr)
 	start     time.Time
 	host      string // canonical host; the host as given when it did not parse
@@ -107,7 +108,7 @@ func exchangeFrom(ctx context.Context) *exchange {
 }
 
 func (h *Handler) newExchange(listener string, w http.ResponseWriter, r *http.Request) *exchange {
-	x := &exchange{h: h, ctx: r.Context(), id: newRequestID(), listener: listener, remote: r.RemoteAddr, start: h.now()}
+	x := &exchange{h: h, ctx: r.Context(), id: newRequestID(), listener: listener, engine: engineName(r), remote: r.RemoteAddr, start: h.now()}
 	x.cw.ResponseWriter, x.cw.x = w, x
 	x.agentH2 = r.ProtoMajor == 2
 	if r.Body != nil && r.Body != http.NoBody {
@@ -265,6 +266,7 @@ func (h *Handler) writeDecision(r *http.Request, x *exchange) {
 	attrs = append(attrs,
 		slog.String(telemetry.KeyRequestID, x.id),
 		slog.String(telemetry.KeyListener, x.listener),
+		slog.String(telemetry.KeyEngine, x.engine),
 		slog.String(telemetry.KeyHost, host),
 		slog.Int(telemetry.KeyPort, int(x.port)),
 		slog.String(telemetry.KeyMethod, method),

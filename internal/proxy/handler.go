@@ -84,6 +84,10 @@ type Options struct {
 	// Credentials resolves the rules' credentials (credential.go); nil
 	// when none is configured (a rule naming one then gets 503).
 	Credentials CredentialSource
+	// EngineTransport performs the upstream round trips of the requests
+	// BotBox's HTTP/1.1 engine serves (relayEngine): the synchronous pool
+	// (upstream.Transport.Sync). Nil: Transport.
+	EngineTransport http.RoundTripper
 }
 
 // Handler is the request pipeline shared by both listeners.
@@ -102,6 +106,9 @@ type Handler struct {
 	placeholders PlaceholderSource
 	credentials  CredentialSource
 	scrubs       *scrub.Cache[scrubKey]
+	// engineTransport and bufs serve relayEngine.
+	engineTransport http.RoundTripper
+	bufs            *bufferPool
 }
 
 // defaultTunnelIdle applies when Options.Config has no tunnel idle timeout
@@ -140,6 +147,12 @@ func New(opts Options) (*Handler, error) {
 		h.tunnelIdle = defaultTunnelIdle
 	}
 	h.repeats = newRepeatLog(opts.Logger, h.now)
+	h.bufs = newBufferPool()
+	next := opts.EngineTransport
+	if next == nil {
+		next = opts.Transport
+	}
+	h.engineTransport = guardedTransport{next: next}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite:   h.rewrite,
 		Transport: guardedTransport{next: opts.Transport},
@@ -154,7 +167,7 @@ func New(opts Options) (*Handler, error) {
 		ErrorHandler:   h.upstreamError,
 		ModifyResponse: h.upstreamResponse,
 		ErrorLog:       slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
-		BufferPool:     newBufferPool(),
+		BufferPool:     h.bufs,
 	}
 	return h, nil
 }
@@ -386,7 +399,7 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 	if t := g.ResponseHeaderTimeout(d); t > 0 { // the rule's response_header_timeout_ms
 		ctx = upstream.WithResponseHeaderTimeout(ctx, t)
 	}
-	h.rp.ServeHTTP(&x.cw, r.WithContext(ctx))
+	h.relay(x, r.WithContext(ctx))
 }
 
 // rewrite builds the outbound request. It runs after ReverseProxy removed

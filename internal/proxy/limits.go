@@ -161,5 +161,5 @@ func (h *Handler) forwardReport(r *http.Request, x *exchange, hp hostport.HostPo
 	x.trace.GotConn = x.gotConn
 	ctx := httptrace.WithClientTrace(context.WithValue(r.Context(), exchangeKey{}, x), &x.trace)
 	ctx = upstream.WithDialPolicy(ctx, dp)
-	h.rp.ServeHTTP(&x.cw, r.WithContext(ctx))
+	h.relay(x, r.WithContext(ctx))
 }

@@ -42,6 +42,7 @@ var restartKeys = []struct {
 	{"max_connections", func(c *config.Config) any { return c.MaxConnections }},
 	{"max_concurrent_requests", func(c *config.Config) any { return c.MaxConcurrentRequests }},
 	{"http2_max_concurrent_streams", func(c *config.Config) any { return c.HTTP2MaxConcurrentStreams }},
+	{"http1_engine", func(c *config.Config) any { return c.HTTP1Engine }},
 	{"allow_non_loopback", func(c *config.Config) any { return c.AllowNonLoopback }},
 	{"upstream_ca_file", func(c *config.Config) any { return c.UpstreamCAFile }},
 	{"upstream_connect_timeout_ms", func(c *config.Config) any { return c.Timeouts.UpstreamConnect }},

@@ -37,6 +37,7 @@ import (
 	"github.com/botbox/botbox/internal/credential"
 	"github.com/botbox/botbox/internal/credential/broker"
 	"github.com/botbox/botbox/internal/dnsguard"
+	"github.com/botbox/botbox/internal/engine"
 	"github.com/botbox/botbox/internal/generation"
 	"github.com/botbox/botbox/internal/listener"
 	"github.com/botbox/botbox/internal/mitm"
@@ -342,8 +343,17 @@ func (s *Server) Addrs() (Addrs, error) {
 
 type namedServer struct {
 	name string
-	srv  *http.Server
+	srv  servingServer
 	lns  []net.Listener
+}
+
+// servingServer is what Run needs of a server: *http.Server, and
+// *engine.Server, which serves HTTP/1.1 itself and hands the rest to an
+// *http.Server.
+type servingServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
 }
 
 // Run binds every listener (any failure is fatal), serves until ctx is
@@ -528,8 +538,13 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 	if err != nil {
 		return servers, nil, err
 	}
-	plain := &namedServer{name: "proxy", srv: s.newHTTPServer(s.guard(telemetry.ListenerHTTP, s.handler.Plain()))}
-	plain.srv.Protocols = plainProtocols()
+	plainHTTP := s.newHTTPServer(s.guard(telemetry.ListenerHTTP, s.handler.Plain()))
+	plainHTTP.Protocols = plainProtocols()
+	plainSrv, err := s.http1Server(plainHTTP)
+	if err != nil {
+		return servers, nil, err
+	}
+	plain := &namedServer{name: "proxy", srv: plainSrv}
 	for _, ln := range proxyLns {
 		limited := limit.Listener(ln, s.dropOptions(telemetry.ListenerHTTP, "connection limit reached, dropping connection"))
 		plain.lns = append(plain.lns, listener.ObserveEarlyErrors(limited, s.earlyError(telemetry.ListenerHTTP)))
@@ -544,11 +559,16 @@ func (s *Server) bind() (servers []*namedServer, limit *listener.ConnLimit, err 
 			return servers, nil, err
 		}
 		tlsCfg := s.interceptor.TLSConfig()
-		icSrv := &namedServer{name: "https_interception", srv: s.newHTTPServer(s.guard(telemetry.ListenerHTTPS, s.handler.Intercepted()))}
+		icHTTP := s.newHTTPServer(s.guard(telemetry.ListenerHTTPS, s.handler.Intercepted()))
 		// TLSListener terminates TLS, but http.Server.Serve still needs the
 		// config: it serves HTTP/2 on a *tls.Conn only when
 		// TLSConfig.NextProtos lists "h2". Do not remove.
-		icSrv.srv.TLSConfig = tlsCfg
+		icHTTP.TLSConfig = tlsCfg
+		icEngine, err := s.http1Server(icHTTP)
+		if err != nil {
+			return servers, nil, err
+		}
+		icSrv := &namedServer{name: "https_interception", srv: icEngine}
 		for _, ln := range lns {
 			limited := limit.Listener(ln, s.dropOptions(telemetry.ListenerHTTPS, "HTTPS interception connection limit reached, dropping connection"))
 			tl := listener.NewTLSListener(limited, tlsCfg, ic.HandshakeTimeout, s.metrics, s.logger)
@@ -618,6 +638,28 @@ func (s *Server) shutdown(servers []*namedServer, limit *listener.ConnLimit) {
 	if err := adminSrv.srv.Shutdown(actx); err != nil {
 		_ = adminSrv.srv.Close()
 	}
+}
+
+// http1Server is the server of a proxy listener: srv itself with
+// http1_engine: net/http, else BotBox's HTTP/1.1 engine with srv (its
+// handler, timeouts and protocols) serving the connections the engine
+// hands over (package engine). Both serve the same handler, so every
+// request goes through the same guard and pipeline.
+func (s *Server) http1Server(srv *http.Server) (servingServer, error) {
+	if s.cfg.HTTP1Engine == config.EngineNetHTTP {
+		return srv, nil
+	}
+	e, err := engine.New(engine.Options{
+		Handler:           srv.Handler,
+		Fallback:          srv,
+		ReadHeaderTimeout: srv.ReadHeaderTimeout,
+		IdleTimeout:       srv.IdleTimeout,
+		Logger:            s.logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting the HTTP/1.1 engine: %w", err)
+	}
+	return e, nil
 }
 
 func (s *Server) newHTTPServer(h http.Handler) *http.Server {

@@ -94,3 +94,15 @@ const (
 	KeyOperation = "operation" // CREATE, UPDATE, ...
 	KeyResult    = "result"    // allowed, patched, denied, invalid
 )
+
+// KeyEngine is the decision line's HTTP server engine: EngineBotBox for
+// a request served by BotBox's own HTTP/1.1 engine (package engine),
+// EngineNetHTTP for one served by net/http (HTTP/2, CONNECT and its
+// tunnels, upgrades, and every connection the engine handed over).
+const KeyEngine = "engine"
+
+// The values of KeyEngine.
+const (
+	EngineBotBox  = "botbox"
+	EngineNetHTTP = "net/http"
+)

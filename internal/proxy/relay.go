@@ -1,0 +1,229 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/textproto"
+	"net/url"
+	"strings"
+
+	"github.com/botbox/botbox/internal/engine"
+	"github.com/botbox/botbox/internal/telemetry"
+	"golang.org/x/net/http/httpguts"
+)
+
+// relay hands an allowed request (r carries the exchange in its context)
+// to the reverse proxy of its server: httputil.ReverseProxy on net/http,
+// relayEngine on BotBox's engine.
+func (h *Handler) relay(x *exchange, r *http.Request) {
+	if x.engine == telemetry.EngineBotBox {
+		h.relayEngine(&x.cw, r, x)
+		return
+	}
+	h.rp.ServeHTTP(&x.cw, r)
+}
+
+// headerAdopter is the engine's response writer: it takes the origin's
+// header map as its own (engine.response.AdoptHeader).
+type headerAdopter interface{ AdoptHeader(http.Header) }
+
+// relayEngine is what httputil.ReverseProxy.ServeHTTP does for this
+// pipeline (Rewrite, the transport, ModifyResponse, ErrorHandler, the body
+// copy), for a request the engine serves, without its copies: the request
+// is the engine's own, so its header map is modified in place and sent
+// (ReverseProxy clones it), the origin's header map becomes the
+// response's (ReverseProxy copies it field by field), and the round trip
+// is the synchronous pool's (no goroutine). Everything the pipeline's
+// callbacks see is what ReverseProxy shows them: hop-by-hop fields
+// removed before Rewrite (so nothing the agent names in Connection can
+// strip what Rewrite adds), Forwarded and X-Forwarded-* removed, the
+// query cleaned of unparsable parameters, an absent User-Agent kept
+// absent, the same 1xx relaying, hop-by-hop fields removed from the
+// response, trailers announced and copied the same way, and a body copy
+// error aborts the response (http.ErrAbortHandler) after the exchange
+// recorded it. TestEngineMatchesReverseProxy holds the equivalence.
+//
+// Every body write is flushed: a small response (head and body) still
+// leaves in one write, a stream reaches the agent as it arrives, and a
+// large body's writes bypass the buffer.
+func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchange) {
+	out := new(http.Request)
+	*out = *in
+	u := *in.URL
+	out.URL = &u
+	if in.ContentLength == 0 {
+		out.Body = nil
+	}
+	out.Close = false
+	hdr := out.Header
+	te := httpguts.HeaderValuesContainsToken(hdr["Te"], "trailers")
+	removeHopByHop(hdr)
+	if te {
+		hdr.Set("Te", "trailers")
+	}
+	for _, k := range [...]string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+		delete(hdr, k)
+	}
+	out.URL.RawQuery = cleanQueryParams(out.URL.RawQuery)
+	h.rewrite(&httputil.ProxyRequest{In: in, Out: out})
+	if _, ok := hdr["User-Agent"]; !ok {
+		// Absent stays absent: the request writer adds Go's own unless
+		// the field is present, and writes none for an empty one.
+		hdr["User-Agent"] = []string{""}
+	}
+	x.trace.Got1xxResponse = func(code int, header textproto.MIMEHeader) error {
+		wh := w.Header()
+		for k, vv := range header {
+			wh[k] = append(wh[k], vv...)
+		}
+		w.WriteHeader(code)
+		clear(wh)
+		return nil
+	}
+	res, err := h.engineTransport.RoundTrip(out)
+	if err != nil {
+		h.upstreamError(w, out, err)
+		return
+	}
+	removeHopByHop(res.Header)
+	if err := h.upstreamResponse(res); err != nil {
+		_ = res.Body.Close()
+		h.upstreamError(w, out, err)
+		return
+	}
+	if a, ok := unwrapTo[headerAdopter](w); ok {
+		a.AdoptHeader(res.Header)
+	} else {
+		wh := w.Header()
+		for k, vv := range res.Header {
+			wh[k] = append(wh[k], vv...)
+		}
+	}
+	announced := len(res.Trailer)
+	if announced > 0 {
+		names := make([]string, 0, announced)
+		for k := range res.Trailer {
+			names = append(names, k)
+		}
+		w.Header().Add("Trailer", strings.Join(names, ", "))
+	}
+	w.WriteHeader(res.StatusCode)
+	if err := h.copyFlushing(w, res.Body); err != nil {
+		_ = res.Body.Close()
+		panic(http.ErrAbortHandler)
+	}
+	_ = res.Body.Close() // now, to populate res.Trailer
+	if len(res.Trailer) == 0 {
+		return
+	}
+	wh := w.Header()
+	for k, vv := range res.Trailer {
+		if len(res.Trailer) != announced {
+			k = http.TrailerPrefix + k
+		}
+		wh[k] = append(wh[k], vv...)
+	}
+}
+
+// copyFlushing copies the origin's body to the agent with a pooled
+// buffer, flushing after every write. It returns the first read error
+// other than io.EOF or the first write error (both already recorded on
+// the exchange by upstreamBody and countingWriter).
+func (h *Handler) copyFlushing(w http.ResponseWriter, body io.Reader) error {
+	buf := h.bufs.Get()
+	defer h.bufs.Put(buf)
+	rc := http.NewResponseController(w)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			if ferr := rc.Flush(); ferr != nil {
+				return ferr
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			return nil
+		case rerr != nil:
+			return rerr
+		}
+	}
+}
+
+// removeHopByHop removes the fields named in Connection and the
+// hop-by-hop fields (httputil.ReverseProxy's list and order).
+func removeHopByHop(h http.Header) {
+	for _, f := range h["Connection"] {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = textproto.TrimString(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, f := range hopHeaders {
+		delete(h, f)
+	}
+}
+
+var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// maxQueryParams is httputil's bound on the parameters a query keeps
+// unchanged (its defaultMaxParams).
+const maxQueryParams = 10000
+
+// cleanQueryParams is httputil.ReverseProxy's: a query with a semicolon,
+// a bad percent escape or too many parameters is re-encoded from what
+// url.ParseQuery accepts; any other query is forwarded as it is.
+func cleanQueryParams(s string) string {
+	reencode := func(s string) string {
+		v, _ := url.ParseQuery(s)
+		return v.Encode()
+	}
+	if strings.Count(s, "&")+1 > maxQueryParams {
+		return reencode(s)
+	}
+	for i := 0; i < len(s); {
+		switch s[i] {
+		case ';':
+			return reencode(s)
+		case '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return reencode(s)
+			}
+			i += 3
+		default:
+			i++
+		}
+	}
+	return s
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// unwrapTo finds a T in w's chain of Unwrap methods.
+func unwrapTo[T any](w http.ResponseWriter) (T, bool) {
+	for {
+		if t, ok := w.(T); ok {
+			return t, true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		w = u.Unwrap()
+	}
+}
+
+// engineName is the decision line's engine for a request context.
+func engineName(r *http.Request) string {
+	if engine.Serving(r.Context()) {
+		return telemetry.EngineBotBox
+	}
+	return telemetry.EngineNetHTTP
+}
