@@ -45,6 +45,10 @@ type conn struct {
 
 	body reqBody
 	resp response
+	// lastMethod is the previous request's method: after a POST, CR and
+	// LF before the next request line are skipped, as net/http does
+	// (RFC 9112 §2.2 tolerance for old clients).
+	lastMethod string
 }
 
 func newConn(s *Server, c net.Conn) *conn {
@@ -134,6 +138,10 @@ func (c *conn) awaitHead(first bool) (head, error) {
 	if o.ReadHeaderTimeout > 0 {
 		_ = c.rwc.SetReadDeadline(time.Now().Add(o.ReadHeaderTimeout))
 	}
+	if c.lastMethod == http.MethodPost {
+		peek, _ := c.br.Peek(4) // net/http's (conn.readRequest) as it is
+		_, _ = c.br.Discard(numLeadingCRorLF(peek))
+	}
 	for {
 		n := c.br.Buffered()
 		if n == 0 {
@@ -166,6 +174,7 @@ func (c *conn) serveOne(h head) (keep bool) {
 		return false
 	}
 	_ = c.rwc.SetReadDeadline(time.Time{})
+	c.lastMethod = req.Method
 	c.body.reset(req.Body)
 	if req.Body != http.NoBody {
 		req.Body = &c.body
@@ -179,7 +188,10 @@ func (c *conn) serveOne(h head) (keep bool) {
 	}
 	c.cancel = cancel
 	c.mu.Unlock()
-	req = req.WithContext(ctx)
+	// In place, not the copy WithContext returns: the parser's body
+	// writes the trailers it reads into this very Request (as net/http's
+	// server, which sets the context of the request it parsed).
+	*req = *req.WithContext(ctx)
 	req.RemoteAddr = c.remote
 	req.TLS = c.tls
 	w := &c.resp
@@ -271,4 +283,15 @@ func (b *reqBody) drain() bool {
 	n, err := io.CopyN(io.Discard, b.rc, maxPostHandlerReadBytes+1)
 	_ = n
 	return errors.Is(err, io.EOF)
+}
+
+func numLeadingCRorLF(v []byte) (n int) {
+	for _, b := range v {
+		if b == '\r' || b == '\n' {
+			n++
+			continue
+		}
+		break
+	}
+	return n
 }

@@ -15,7 +15,8 @@
 //
 //   - a TLS connection that negotiated h2, a cleartext one that opens with
 //     the HTTP/2 preface (prior knowledge), any HTTP version but 1.1;
-//   - CONNECT, and a head that offers Upgrade or carries Expect;
+//   - CONNECT, the asterisk form (OPTIONS *), and a head that offers
+//     Upgrade or carries Expect, or has a continuation line (obs-fold);
 //   - a head that does not fit the read buffer (readBufferSize), whatever
 //     its size limit: net/http applies MaxHeaderBytes to it.
 //

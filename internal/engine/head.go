@@ -36,7 +36,8 @@ type head struct {
 // engine serves it. It is a conservative pre-filter, never the parser:
 // needsNetHTTP checks the parsed request again, and what it hands over
 // costs only speed. Handed over: a request line that is not
-// "<method> <target> HTTP/1.1", CONNECT, PRI (the HTTP/2 preface), a head
+// "<method> <target> HTTP/1.1", CONNECT, PRI (the HTTP/2 preface), the
+// asterisk form (net/http may answer OPTIONS * itself), a head
 // that starts with an empty line, a continuation line (obs-fold), and any
 // field whose name is Upgrade or Expect in any case.
 func judgeHead(buf []byte) head {
@@ -79,7 +80,8 @@ func commonRequestLine(line []byte) bool {
 		return false
 	}
 	method := string(line[:sp]) // no allocation: only compared
-	return method != http.MethodConnect && method != "PRI"
+	target := line[sp+1 : len(line)-len(" HTTP/1.1")]
+	return method != http.MethodConnect && method != "PRI" && string(target) != "*"
 }
 
 // fieldNamed reports whether the header line starts with name (lower
