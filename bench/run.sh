@@ -33,6 +33,8 @@
 #       rules that inject nothing, and with "scrub=all" too each of them
 #       says scrub_responses: true:
 #       BOTBOX_VARIANTS="noinject=inject=off;scruball=inject=off,scrub=all";
+#       the element "engine=net/http" serves HTTP/1.1 with net/http instead
+#       of BotBox's engine: BOTBOX_VARIANTS="nethttp=engine=net/http";
 #       a variant named "base" running a baseline binary adds the budget
 #       lines "BotBox / base": BOTBOX_VARIANTS="base=@/tmp/botbox-ee87e5f")
 #   PROFILE=DIR   BotBox runs as bench/profile (the same server code with

@@ -346,6 +346,12 @@ egress_policy:
 	}
 	cfg, envs = applyInjectEnv(cfg, envs)
 	cfg, envs = applyCredentialEnv(cfg, envs)
+	if i := slices.Index(envs, engineNetHTTPEnv); i >= 0 {
+		// Not an environment variable: this variant serves HTTP/1.1 with
+		// net/http instead of BotBox's engine (issue 24's A/B cell).
+		envs = slices.Delete(envs, i, i+1)
+		cfg += "http1_engine: net/http\n"
+	}
 	file := r.path(name + ".yaml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		return err
@@ -457,6 +463,11 @@ func applyCredentialEnv(cfg string, envs []string) (string, []string) {
 	cfg += "credentials:\n  bench-aws:\n    type: aws_sigv4\n    access_key_id_ref: bench-aws-key-id\n    secret_access_key_ref: bench-aws-secret\n    region: us-east-1\n    service: bedrock\n"
 	return cfg, envs
 }
+
+// engineNetHTTPEnv, as an element of a BOTBOX_VARIANTS environment list
+// ("nethttp=engine=net/http"), runs that variant with http1_engine:
+// net/http: the same binary without BotBox's HTTP/1.1 engine.
+const engineNetHTTPEnv = "engine=net/http"
 
 // policyV2Env, as an element of a BOTBOX_VARIANTS environment list
 // ("policyv2=policy=v2"), runs that variant under addPolicyV2's policy.

@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"net"
 	"sync"
 )
@@ -73,6 +74,15 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	}
 	c.mu.Unlock()
 	return c.Conn.Read(p)
+}
+
+// CloseWrite half-closes the connection when it can (a TCP connection):
+// an upgrade tunnel passes the origin's end of stream on to the client.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }
 
 // tlsPrefixConn is a prefixConn of a TLS connection: it keeps the TLS

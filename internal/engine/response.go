@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,6 +289,34 @@ func (w *response) SetWriteDeadline(t time.Time) error { return w.c.rwc.SetWrite
 // SetReadDeadline sets the connection's read deadline, which bounds the
 // reads of the request body (http.ResponseController).
 func (w *response) SetReadDeadline(t time.Time) error { return w.c.rwc.SetReadDeadline(t) }
+
+// WatchClient starts watching the client's connection while a long
+// response streams (the engine has no background read otherwise): when
+// the client closes or resets it, the request's context is cancelled, so
+// that an origin's silent stream does not outlive its reader. Bytes the
+// client sends meanwhile (a pipelined request) end the watch and stay
+// buffered for the next request. stop ends the watch and waits for it;
+// call it before the handler returns. The request body must be fully
+// read before (the watch reads the connection).
+func (w *response) WatchClient() (stop func()) {
+	c := w.c
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := c.br.Peek(1); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.mu.Lock()
+			if c.cancel != nil {
+				c.cancel()
+			}
+			c.mu.Unlock()
+		}
+	}()
+	return func() {
+		_ = c.rwc.SetReadDeadline(time.Unix(1, 0)) // ends a blocked Peek
+		<-done
+		_ = c.rwc.SetReadDeadline(time.Time{})
+	}
+}
 
 // errTruncated: the handler wrote less than the Content-Length it set.
 var errTruncated = errors.New("engine: response shorter than its Content-Length")

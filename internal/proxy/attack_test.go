@@ -499,7 +499,7 @@ func TestReloadRaceCredentialFollowsDecision(t *testing.T) {
 		}
 	}()
 	const n = 150
-	client := e.plain.Client()
+	client := e.client()
 	for i := range n {
 		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/r/%d", e.plain.URL, i), nil)
 		if err != nil {

@@ -113,7 +113,7 @@ func TestLargeHTTP2BodyIntact(t *testing.T) {
 	})
 	req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/big", nil)
 	req.Host = "api.example.test"
-	resp, err := e.plain.Client().Do(req)
+	resp, err := e.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func TestTruncatedBodyLoggedAsError(t *testing.T) {
 	req.Host = "bare.example.test"
 	// The agent sees an error: on the head if the proxy had not flushed
 	// it yet, else on the body.
-	if resp, err := e.plain.Client().Do(req); err == nil {
+	if resp, err := e.client().Do(req); err == nil {
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err == nil {

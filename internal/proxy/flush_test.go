@@ -32,7 +32,7 @@ func TestKnownLengthBodyFlushedPromptly(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/slow", nil)
 	req.Host = "api.example.test"
 	start := time.Now()
-	resp, err := e.plain.Client().Do(req)
+	resp, err := e.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/engine"
 	"github.com/botbox/botbox/internal/secrets"
 	"github.com/botbox/botbox/internal/telemetry"
 	"github.com/botbox/botbox/internal/testutil/eventually"
@@ -213,11 +214,51 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.plain = httptest.NewUnstartedServer(e.handler.Plain())
-	e.plain.Config.DisableGeneralOptionsHandler = true // as package server configures it
-	e.plain.Start()
-	t.Cleanup(e.plain.Close)
+	e.plain = serveHTTP1(t, e.handler.Plain())
 	return e
+}
+
+// testEngineEnv names the variable that picks the server of the tests'
+// plain listener: unset or "botbox", BotBox's HTTP/1.1 engine (package
+// engine, the default of http1_engine), which hands HTTP/2, CONNECT and
+// upgrades to net/http; "net/http", net/http alone. .ci/run runs this
+// package under both, so every test holds on each.
+const testEngineEnv = "BOTBOX_TEST_HTTP1_ENGINE"
+
+// serveHTTP1 serves h on a loopback listener as package server's plain
+// listener does, with the engine testEngineEnv picks. The returned
+// server's URL and Listener are set; use client, not its Client.
+func serveHTTP1(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.DisableGeneralOptionsHandler = true // as package server configures it
+	switch v := os.Getenv(testEngineEnv); v {
+	case "net/http":
+		srv.Start()
+		t.Cleanup(srv.Close)
+		return srv
+	case "", "botbox":
+	default:
+		t.Fatalf("%s=%q: want botbox or net/http", testEngineEnv, v)
+	}
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	eng, err := engine.New(engine.Options{Handler: h, Fallback: srv.Config, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.URL = "http://" + srv.Listener.Addr().String()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = eng.Serve(srv.Listener) }()
+	t.Cleanup(func() { _ = eng.Close(); <-done })
+	return srv
+}
+
+// client is an HTTP client for the plain listener (httptest's Client is
+// nil for a server the engine serves).
+func (e *testEnv) client() *http.Client {
+	return &http.Client{Transport: &http.Transport{}}
 }
 
 func (e *testEnv) writeSecret(name, value string) {
@@ -271,7 +312,7 @@ func (e *testEnv) get(host, path string, hdr http.Header) (*http.Response, strin
 			req.Header.Add(k, v)
 		}
 	}
-	resp, err := e.plain.Client().Do(req)
+	resp, err := e.client().Do(req)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -648,7 +689,7 @@ func TestSSEStreamsUnbuffered(t *testing.T) {
 	})
 	req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/events", nil)
 	req.Host = "api.example.test"
-	resp, err := e.plain.Client().Do(req)
+	resp, err := e.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -723,7 +764,7 @@ func TestLargeBodyStreamsWithFlatMemory(t *testing.T) {
 	}()
 	req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/big", nil)
 	req.Host = "api.example.test"
-	resp, err := e.plain.Client().Do(req)
+	resp, err := e.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

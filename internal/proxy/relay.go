@@ -24,6 +24,10 @@ func (h *Handler) relay(x *exchange, r *http.Request) {
 	h.rp.ServeHTTP(&x.cw, r)
 }
 
+// clientWatcher is the engine's response writer: it watches the agent's
+// connection while a stream is relayed (engine.response.WatchClient).
+type clientWatcher interface{ WatchClient() (stop func()) }
+
 // headerAdopter is the engine's response writer: it takes the origin's
 // header map as its own (engine.response.AdoptHeader).
 type headerAdopter interface{ AdoptHeader(http.Header) }
@@ -109,7 +113,16 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		w.Header().Add("Trailer", strings.Join(names, ", "))
 	}
 	w.WriteHeader(res.StatusCode)
-	if err := h.copyFlushing(w, res.Body); err != nil {
+	if res.ContentLength < 0 && (out.Body == nil || out.ContentLength >= 0 && x.cb.n.Load() == out.ContentLength) {
+		// A stream: it may stay silent for long, and the agent may leave
+		// meanwhile (TestClientClosedMidBody). Watched only once the
+		// request body is known to be read (the watch reads the agent's
+		// connection).
+		if cw, ok := unwrapTo[clientWatcher](w); ok {
+			defer cw.WatchClient()()
+		}
+	}
+	if err := h.copyFlushing(w, res.Body, res.ContentLength); err != nil {
 		_ = res.Body.Close()
 		panic(http.ErrAbortHandler)
 	}
@@ -126,22 +139,30 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 	}
 }
 
-// copyFlushing copies the origin's body to the agent with a pooled
-// buffer, flushing after every write. It returns the first read error
-// other than io.EOF or the first write error (both already recorded on
-// the exchange by upstreamBody and countingWriter).
-func (h *Handler) copyFlushing(w http.ResponseWriter, body io.Reader) error {
+// copyFlushing copies the origin's body (of length, -1 when unknown) to
+// the agent with a pooled buffer, flushing after every write but the one
+// that completes a body of known length: the engine flushes that after
+// the handler returned, with the decision line written, so a small
+// response still leaves in one write and a client that has read its
+// response finds its line logged, as on net/http. It returns the first
+// read error other than io.EOF or the first write error (both already
+// recorded on the exchange by upstreamBody and countingWriter).
+func (h *Handler) copyFlushing(w http.ResponseWriter, body io.Reader, length int64) error {
 	buf := h.bufs.Get()
 	defer h.bufs.Put(buf)
 	rc := http.NewResponseController(w)
+	var written int64
 	for {
 		n, rerr := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
-			if ferr := rc.Flush(); ferr != nil {
-				return ferr
+			written += int64(n)
+			if length < 0 || written < length {
+				if ferr := rc.Flush(); ferr != nil {
+					return ferr
+				}
 			}
 		}
 		switch {

@@ -101,7 +101,7 @@ func (e *tripEnv) send(listener, method, host, target string, hdr http.Header, b
 	)
 	switch listener {
 	case ListenerHTTP:
-		client, u = e.plain.Client(), e.plain.URL+target
+		client, u = e.client(), e.plain.URL+target
 	case ListenerHTTPS, listenerHTTPSH2:
 		client, u = e.interceptClient(listener == listenerHTTPSH2), "https://"+host+target
 	case ListenerConnect:
