@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/botbox/botbox/internal/config"
+	"github.com/botbox/botbox/internal/engine"
 	"github.com/botbox/botbox/internal/hostport"
 	"github.com/botbox/botbox/internal/policy"
 	"github.com/botbox/botbox/internal/secrets"
@@ -308,8 +309,9 @@ func BenchmarkRequestID(b *testing.B) {
 // CPU of the client and the origin is included; use it with -cpuprofile to
 // see the proxy's share (docs/performance.md).
 func BenchmarkProxyLoopback(b *testing.B) {
-	for _, proto := range []string{"h2", "h1"} {
+	for _, proto := range []string{"h2", "h1", "h1-engine"} {
 		b.Run(proto, func(b *testing.B) {
+			withEngine := proto == "h1-engine"
 			ca := testpki.NewCA(b, "bench-ca")
 			origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if v := r.Header["Authorization"]; len(v) != 1 || v[0] != "Bearer "+benchSecret {
@@ -336,8 +338,17 @@ func BenchmarkProxyLoopback(b *testing.B) {
 				b.Fatal(err)
 			}
 			srv := &http.Server{Handler: h.Plain(), ReadHeaderTimeout: 10 * time.Second}
-			go func() { _ = srv.Serve(ln) }()
-			b.Cleanup(func() { _ = srv.Close() })
+			var serve interface {
+				Serve(net.Listener) error
+				Close() error
+			} = srv
+			if withEngine {
+				if serve, err = engine.New(engine.Options{Handler: h.Plain(), Fallback: srv, ReadHeaderTimeout: 10 * time.Second}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			go func() { _ = serve.Serve(ln) }()
+			b.Cleanup(func() { _ = serve.Close() })
 
 			c, err := net.Dial("tcp", ln.Addr().String())
 			if err != nil {
