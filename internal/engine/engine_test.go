@@ -493,3 +493,58 @@ func TestShutdownDrains(t *testing.T) {
 		t.Errorf("Serve: %v, want ErrServerClosed", err)
 	}
 }
+
+// BenchmarkServer is one keep-alive GET answered with a 130-byte body,
+// through the engine and through net/http's server, same run: the cost of
+// the server layer alone (docs/performance.md). The client's cost is
+// included and equal in both.
+func BenchmarkServer(b *testing.B) {
+	body := strings.Repeat("x", 130)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "130")
+		_, _ = io.WriteString(w, body)
+	})
+	for _, name := range []string{"engine", "nethttp"} {
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			fb := &http.Server{Handler: h}
+			var srv interface {
+				Serve(net.Listener) error
+				Close() error
+			} = fb
+			if name == "engine" {
+				if srv, err = New(Options{Handler: h, Fallback: fb}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			go func() { _ = srv.Serve(ln) }()
+			defer srv.Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req := []byte("GET /v1/models HTTP/1.1\r\nHost: api.example.test\r\nUser-Agent: bench\r\nAccept: */*\r\nAuthorization: Bearer agent-own\r\n\r\n")
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if n != 130 {
+					b.Fatalf("%d bytes", n)
+				}
+			}
+		})
+	}
+}
