@@ -1,12 +1,14 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/botbox/botbox/internal/engine"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -23,6 +25,10 @@ func (h *Handler) relay(x *exchange, r *http.Request) {
 	}
 	h.rp.ServeHTTP(&x.cw, r)
 }
+
+// errUnaskedSwitch is relayEngine's error for a 101 to a request that
+// offered no upgrade.
+var errUnaskedSwitch = errors.New("proxy: the origin switched protocols, but the request offered no upgrade")
 
 // clientWatcher is the engine's response writer: it watches the agent's
 // connection while a stream is relayed (engine.response.WatchClient).
@@ -76,7 +82,17 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		// the field is present, and writes none for an empty one.
 		hdr["User-Agent"] = []string{""}
 	}
+	// A transport may report a 1xx on a goroutine of its own (net/http's
+	// does); none is written once the round trip returned, as in
+	// ReverseProxy.
+	var mu sync.Mutex
+	var done bool
 	x.trace.Got1xxResponse = func(code int, header textproto.MIMEHeader) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return nil
+		}
 		wh := w.Header()
 		for k, vv := range header {
 			wh[k] = append(wh[k], vv...)
@@ -86,8 +102,19 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		return nil
 	}
 	res, err := h.engineTransport.RoundTrip(out)
+	mu.Lock()
+	done = true
+	mu.Unlock()
 	if err != nil {
 		h.upstreamError(w, out, err)
+		return
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		// The engine never sends an upgrade offer (it hands those to
+		// net/http): an origin that switches anyway gets 502, as
+		// ReverseProxy answers a switch nobody asked for.
+		_ = res.Body.Close()
+		h.upstreamError(w, out, errUnaskedSwitch)
 		return
 	}
 	removeHopByHop(res.Header)
