@@ -230,9 +230,16 @@ const testEngineEnv = "BOTBOX_TEST_HTTP1_ENGINE"
 // server's URL and Listener are set; use client, not its Client.
 func serveHTTP1(t *testing.T, h http.Handler) *httptest.Server {
 	t.Helper()
+	return serveWith(t, h, os.Getenv(testEngineEnv))
+}
+
+// serveWith is serveHTTP1 with the engine named ("net/http", or "" and
+// "botbox" for BotBox's).
+func serveWith(t *testing.T, h http.Handler, engineName string) *httptest.Server {
+	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.DisableGeneralOptionsHandler = true // as package server configures it
-	switch v := os.Getenv(testEngineEnv); v {
+	switch v := engineName; v {
 	case "net/http":
 		srv.Start()
 		t.Cleanup(srv.Close)
