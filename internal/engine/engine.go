@@ -64,6 +64,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -155,8 +156,10 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closing.Load() {
 				return ErrServerClosed
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				// Temporary (EMFILE and the like): back off like net/http.
+			if retryableAccept(err) {
+				// Out of descriptors or memory, an aborted connection: back
+				// off and go on, as net/http does, so that exhaustion never
+				// stops the listener.
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				time.Sleep(delay)
 				continue
@@ -270,4 +273,20 @@ func (s *Server) Close() error {
 // same interface to fill Request.TLS.
 type connectionStater interface {
 	ConnectionState() tls.ConnectionState
+}
+
+// retryableAccept reports whether an Accept error passes (net/http's
+// "temporary" accept errors: EMFILE, ENFILE, ENOBUFS, ENOMEM,
+// ECONNABORTED, a timeout) rather than ending the listener.
+func retryableAccept(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -546,5 +548,46 @@ func BenchmarkServer(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// flakyListener fails its first Accepts as a process out of descriptors
+// does, then accepts.
+type flakyListener struct {
+	net.Listener
+	fails int
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails > 0 {
+		l.fails--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptExhaustionDoesNotStopServing: EMFILE from accept (playbook
+// class 10, exhaustion from inside) backs off; the listener keeps serving.
+func TestAcceptExhaustionDoesNotStopServing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	e, err := New(Options{Handler: rec, Fallback: &http.Server{Handler: rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.Serve(&flakyListener{Listener: ln, fails: 3}) }()
+	defer e.Close()
+	s := &server{addr: ln.Addr().String(), rec: rec}
+	if out := s.exchange(t, "GET / HTTP/1.1\r\nHost: a\r\n\r\n"); !strings.HasPrefix(out, "HTTP/1.1 200 OK") {
+		t.Fatalf("after EMFILE: %q", out)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v", err)
+	default:
 	}
 }
