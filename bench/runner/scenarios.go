@@ -288,7 +288,15 @@ func (r *runner) firstSeenSNI() error {
 
 func (r *runner) idle() error {
 	n := "10000"
-	for _, t := range []string{"botbox", "nginx", "floor"} {
+	targets := []string{"botbox", "nginx", "floor"}
+	for _, v := range r.variants {
+		if v.name != scrubOffName {
+			// A/B variants (another binary, http1_engine: net/http) keep
+			// idle connections their own way; the scrub-off one does not.
+			targets = append(targets, v.name)
+		}
+	}
+	for _, t := range targets {
 		p := r.targets[t]
 		pids := tree(p.cmd.Process.Pid)
 		before := statusKB(pids, "VmRSS")
