@@ -1,0 +1,68 @@
+package h1parse
+
+import (
+	"net/textproto"
+	"net/url"
+	"testing"
+)
+
+// TestPathByteMatchesNetURL checks pathByte against net/url itself for every
+// byte: a byte is in the set exactly when url.ParseRequestURI leaves a path
+// holding it as it is, with no RawPath.
+func TestPathByteMatchesNetURL(t *testing.T) {
+	t.Parallel()
+	for c := 0; c < 256; c++ {
+		path := "/a" + string([]byte{byte(c)}) + "b"
+		u, err := url.ParseRequestURI(path)
+		identity := err == nil && u.Path == path && u.RawPath == "" && u.RawQuery == "" && !u.ForceQuery
+		if c == '?' {
+			identity = false // the query separator, handled apart
+		}
+		if got := pathByte(byte(c)); got != identity {
+			t.Errorf("pathByte(%q) = %v, net/url leaves it as is: %v", byte(c), got, identity)
+		}
+	}
+}
+
+// TestCanonicalizeMatchesTextproto checks canonicalize and isCanonical
+// against textproto.CanonicalMIMEHeaderKey.
+func TestCanonicalizeMatchesTextproto(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{
+		"host", "HOST", "Host", "content-length", "CONTENT-LENGTH", "x-1a-b", "X-1A-B", "a--b", "-a", "a-",
+		"x_y-z", "WWW-Authenticate", "www-authenticate", "te", "Dnt", "DNT", "x-9-z", "'a|b~c", "Accept-Encoding",
+	} {
+		want := textproto.CanonicalMIMEHeaderKey(name)
+		if got := string(canonicalize(nil, []byte(name))); got != want {
+			t.Errorf("canonicalize(%q) = %q, textproto %q", name, got, want)
+		}
+		if got := isCanonical([]byte(name)); got != (want == name) {
+			t.Errorf("isCanonical(%q) = %v, textproto canonical form %q", name, got, want)
+		}
+	}
+}
+
+// TestValidBytesMatchTextproto checks the field-name and field-value byte
+// rules against what textproto.ReadMIMEHeader accepts, byte by byte.
+func TestValidBytesMatchTextproto(t *testing.T) {
+	t.Parallel()
+	for c := 0; c < 256; c++ {
+		if c == '\r' || c == '\n' || c == ':' {
+			continue
+		}
+		b := byte(c)
+		_, nameErr := readOneField("A" + string([]byte{b}) + ": v")
+		wantName := nameErr == nil && b != ' ' // a space before the colon is accepted but left uncanonical: not the fast path's
+		if got := validHeaderFieldByte(b); got != wantName {
+			t.Errorf("validHeaderFieldByte(%q) = %v, textproto accepts it in a name: %v", b, got, wantName)
+		}
+		_, valueErr := readOneField("A: v" + string([]byte{b}) + "v")
+		if got := validHeaderValueByte(b); got != (valueErr == nil) {
+			t.Errorf("validHeaderValueByte(%q) = %v, textproto accepts it in a value: %v", b, got, valueErr == nil)
+		}
+	}
+}
+
+func readOneField(line string) (textproto.MIMEHeader, error) {
+	return textproto.NewReader(bufioString(line + "\r\n\r\n")).ReadMIMEHeader()
+}
