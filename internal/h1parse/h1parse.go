@@ -28,16 +28,20 @@ const inlineValues = 16
 
 // ReadRequest reads one request head from br exactly as http.ReadRequest(br)
 // would, and returns the same *http.Request or the same error. The common
-// shape — a request line with a known method, an origin-form or absolute-form
-// target and HTTP/1.1 or HTTP/1.0, then up to 64 well-formed CRLF-terminated
-// fields without obs-fold, with at most one Content-Length (plain digits), no
-// Transfer-Encoding, Trailer or Pragma, at most one Host and one Connection
-// field, the whole head already buffered in br — is parsed on a fast path.
-// Every other head is left unconsumed and handed to http.ReadRequest.
+// shape is parsed on a fast path: a request line with a known method (GET,
+// POST, PUT, DELETE, PATCH, HEAD, OPTIONS), an origin-form, absolute-form or
+// asterisk-form target and HTTP/1.1 or HTTP/1.0, then up to 64 well-formed
+// CRLF-terminated fields without obs-fold; framed by nothing, by one
+// Content-Length of at most 18 plain digits, or (HTTP/1.1 only) by one
+// "Transfer-Encoding: chunked" without Content-Length; no Trailer or Pragma
+// field; at most one Host and one Connection field; the whole head already
+// buffered in br. Every other head is left unconsumed and handed to
+// http.ReadRequest.
 //
-// The returned request's Body reads a Content-Length body from br with the
-// semantics of net/http's (io.ErrUnexpectedEOF on a short body, an error
-// after Close, Close draining the rest unless the connection is to close).
+// A fast-path request's Body reads from br with the semantics of net/http's
+// body (see the body type): io.ErrUnexpectedEOF on a short body, the trailer
+// read into Trailer after the last chunk, http.ErrBodyReadAfterClose after
+// Close, Close draining the rest unless the connection is to close.
 func ReadRequest(br *bufio.Reader) (*http.Request, error) {
 	req, _, err := read(br)
 	return req, err
@@ -225,7 +229,8 @@ func scanField(line []byte) (f field, canonical, ok bool) {
 type fastRequest struct {
 	req  http.Request
 	url  url.URL
-	body contentLengthBody
+	body body
+	te   [1]string
 	strs [inlineValues]string
 }
 
@@ -235,7 +240,7 @@ func (p *parsed) build(buf []byte, br *bufio.Reader) *http.Request {
 	// Framing and the other fields readRequest interprets, checked on the
 	// raw bytes before anything is allocated.
 	var (
-		hostIdx, clIdx, connIdx = -1, -1, -1
+		hostIdx, clIdx, connIdx, teIdx = -1, -1, -1, -1
 	)
 	for i := 0; i < p.n; i++ {
 		f := p.fields[i]
@@ -255,11 +260,25 @@ func (p *parsed) build(buf []byte, br *bufio.Reader) *http.Request {
 				return nil
 			}
 			connIdx = i
-		case asciiEqualFold(name, "transfer-encoding"),
-			asciiEqualFold(name, "trailer"),
-			asciiEqualFold(name, "pragma"):
+		case asciiEqualFold(name, "transfer-encoding"):
+			if teIdx >= 0 {
+				return nil // "too many transfer encodings"
+			}
+			teIdx = i
+		case asciiEqualFold(name, "trailer"), asciiEqualFold(name, "pragma"):
 			return nil
 		}
+	}
+	chunked := false
+	if teIdx >= 0 {
+		// Only the one shape net/http reads without rewriting or refusing
+		// anything: HTTP/1.1, a single "chunked", no Content-Length beside
+		// it (which net/http would validate and then drop).
+		f := p.fields[teIdx]
+		if p.minor != 1 || clIdx >= 0 || !asciiEqualFold(buf[f.valStart:f.valEnd], "chunked") {
+			return nil
+		}
+		chunked = true
 	}
 	var contentLength int64
 	if clIdx >= 0 {
@@ -322,11 +341,19 @@ func (p *parsed) build(buf []byte, br *bufio.Reader) *http.Request {
 		conn = head[f.valStart:f.valEnd]
 	}
 	req.Close = shouldClose(p.minor, connIdx >= 0, conn)
-	req.ContentLength = contentLength
-	if contentLength == 0 {
+	switch {
+	case chunked:
+		delete(header, "Transfer-Encoding")
+		fr.te[0] = "chunked"
+		req.TransferEncoding = fr.te[:]
+		req.ContentLength = -1
+		fr.body.initChunked(br, req, req.Close)
+		req.Body = &fr.body
+	case contentLength == 0:
 		req.Body = http.NoBody
-	} else {
-		fr.body.init(br, contentLength, req.Close)
+	default:
+		req.ContentLength = contentLength
+		fr.body.initContentLength(br, contentLength, req.Close)
 		req.Body = &fr.body
 	}
 	return req
