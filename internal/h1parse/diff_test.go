@@ -18,21 +18,23 @@ var errConnReset = errors.New("connection reset by test")
 
 // wire is how a differential run feeds the input to both parsers.
 type wire struct {
-	bufSize   int   // bufio.Reader size (at least 16)
-	chunks    []int // sizes of successive underlying reads, cycled; nil: whole reads
-	endErr    error // what the underlying reader returns after the input; nil: io.EOF
-	drainOnly bool  // close each body without reading it
-	readSize  int   // size of each body Read; 0: io.ReadAll
-	maxReqs   int   // requests to read from one stream
+	bufSize     int   // bufio.Reader size (at least 16)
+	chunks      []int // sizes of successive underlying reads, cycled; nil: whole reads
+	endErr      error // what the underlying reader returns after the input; nil: io.EOF
+	errWithData bool  // return endErr with the last bytes, not after them
+	drainOnly   bool  // close each body without reading it
+	readSize    int   // size of each body Read; 0: io.ReadAll
+	maxReqs     int   // requests to read from one stream
 }
 
 // chunkReader returns the input in reads of the sizes in chunks, cycled,
 // then endErr.
 type chunkReader struct {
-	data   []byte
-	chunks []int
-	i      int
-	endErr error
+	data        []byte
+	chunks      []int
+	i           int
+	endErr      error
+	errWithData bool
 }
 
 func (r *chunkReader) Read(p []byte) (int, error) {
@@ -46,6 +48,9 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 	}
 	n = copy(p, r.data[:min(n, len(r.data))])
 	r.data = r.data[n:]
+	if len(r.data) == 0 && r.errWithData {
+		return n, r.endErr
+	}
 	return n, nil
 }
 
@@ -54,7 +59,7 @@ func (w wire) reader(data []byte) *bufio.Reader {
 	if end == nil {
 		end = io.EOF
 	}
-	return bufio.NewReaderSize(&chunkReader{data: data, chunks: w.chunks, endErr: end}, w.bufSize)
+	return bufio.NewReaderSize(&chunkReader{data: data, chunks: w.chunks, endErr: end, errWithData: w.errWithData}, w.bufSize)
 }
 
 // outcome is what one side made of one request of a stream.

@@ -112,7 +112,7 @@ var seedHeads = []string{
 // FuzzReadRequestMatchesNetHTTP holds ReadRequest to http.ReadRequest: for
 // every input, fed in every way the other parameters pick (reader buffer
 // size, the sizes of the underlying reads, EOF or a connection error at the
-// end, bodies read whole, in small reads or only closed), both parse the same
+// end, after the last bytes or with them, bodies read whole, in small reads or only closed), both parse the same
 // requests, back to back, with identical fields, errors, body bytes and body
 // errors, and leave identical bytes in the reader.
 func FuzzReadRequestMatchesNetHTTP(f *testing.F) {
@@ -154,6 +154,9 @@ func wireFor(bufSize uint16, mode, chunk uint8) wire {
 	}
 	if mode&8 != 0 {
 		w.readSize = 1 + int(chunk)%13
+	}
+	if mode&16 != 0 {
+		w.errWithData = true
 	}
 	return w
 }

@@ -42,6 +42,13 @@ const inlineValues = 16
 // body (see the body type): io.ErrUnexpectedEOF on a short body, the trailer
 // read into Trailer after the last chunk, http.ErrBodyReadAfterClose after
 // Close, Close draining the rest unless the connection is to close.
+//
+// Like http.ReadRequest, ReadRequest does not bound the head: the caller
+// limits what br can read (http.Server's MaxHeaderBytes does it with an
+// io.LimitReader under the bufio.Reader). The errors are net/http's, and some
+// quote the offending line, which can hold a credential (a malformed
+// Authorization field): callers map them to a status and must not log or echo
+// their text.
 func ReadRequest(br *bufio.Reader) (*http.Request, error) {
 	req, _, err := read(br)
 	return req, err
@@ -301,12 +308,24 @@ func (p *parsed) build(buf []byte, br *bufio.Reader) *http.Request {
 		fr.url = *u
 	}
 
-	header := make(http.Header, p.n)
+	// Host and Transfer-Encoding are never stored: net/http deletes them
+	// from the map after reading them.
+	entries := p.n
+	if hostIdx >= 0 {
+		entries--
+	}
+	if teIdx >= 0 {
+		entries--
+	}
+	header := make(http.Header, entries)
 	strs := fr.strs[:]
-	if p.n > inlineValues {
-		strs = make([]string, p.n)
+	if entries > inlineValues {
+		strs = make([]string, entries)
 	}
 	for i := 0; i < p.n; i++ {
+		if i == hostIdx || i == teIdx {
+			continue
+		}
 		f := p.fields[i]
 		key := head[f.keyStart:f.keyEnd]
 		value := head[f.valStart:f.valEnd]
@@ -328,12 +347,9 @@ func (p *parsed) build(buf []byte, br *bufio.Reader) *http.Request {
 	req.Header = header
 	req.RequestURI = target
 	req.Host = fr.url.Host
-	if hostIdx >= 0 {
-		if req.Host == "" {
-			f := p.fields[hostIdx]
-			req.Host = head[f.valStart:f.valEnd]
-		}
-		delete(header, "Host")
+	if hostIdx >= 0 && req.Host == "" {
+		f := p.fields[hostIdx]
+		req.Host = head[f.valStart:f.valEnd]
 	}
 	var conn string
 	if connIdx >= 0 {
@@ -343,7 +359,6 @@ func (p *parsed) build(buf []byte, br *bufio.Reader) *http.Request {
 	req.Close = shouldClose(p.minor, connIdx >= 0, conn)
 	switch {
 	case chunked:
-		delete(header, "Transfer-Encoding")
 		fr.te[0] = "chunked"
 		req.TransferEncoding = fr.te[:]
 		req.ContentLength = -1
