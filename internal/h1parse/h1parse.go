@@ -115,16 +115,26 @@ type parsed struct {
 	canonical   bool // every field name is already in canonical form
 }
 
-// knownMethods are the methods the fast path accepts. CONNECT (authority
-// form, tunnels) and PRI (the HTTP/2 preface) are deliberately absent, and so
-// is every extension method: they go to net/http.
-var knownMethods = [...]string{"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
-
+// lookupMethod returns the method b spells if it is one the fast path
+// accepts, as a constant string, and "" otherwise. CONNECT (authority form,
+// tunnels) and PRI (the HTTP/2 preface) are deliberately absent, and so is
+// every extension method and every other spelling: they go to net/http.
 func lookupMethod(b []byte) string {
-	for _, m := range knownMethods {
-		if string(b) == m {
-			return m
-		}
+	switch string(b) {
+	case "GET":
+		return "GET"
+	case "POST":
+		return "POST"
+	case "PUT":
+		return "PUT"
+	case "DELETE":
+		return "DELETE"
+	case "PATCH":
+		return "PATCH"
+	case "HEAD":
+		return "HEAD"
+	case "OPTIONS":
+		return "OPTIONS"
 	}
 	return ""
 }
