@@ -109,3 +109,26 @@ func TestSingleByteEdits(t *testing.T) {
 	}
 	t.Logf("%d variants, %d requests read on the fast path", variants, fast)
 }
+
+// TestBufferSizes reads the same pipelined heads through every reader
+// buffer size from the smallest bufio allows to past the whole input, so
+// that the end of a head falls at every position relative to the end of
+// the buffered bytes: a head must be read on the fast path only when it is
+// whole in the buffer, and identically to net/http either way.
+func TestBufferSizes(t *testing.T) {
+	t.Parallel()
+	in := []byte("POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloGET /b?c HTTP/1.1\r\nhost: b\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\nGET /c HTTP/1.0\r\n\r\n")
+	fast := 0
+	for size := 16; size <= len(in)+1; size++ {
+		for _, chunks := range [][]int{nil, {size / 2, 1}} {
+			d, n := differ(in, wire{bufSize: size, chunks: chunks, maxReqs: 4})
+			if d != "" {
+				t.Errorf("buffer %d, reads %v: %s", size, chunks, d)
+			}
+			fast += n
+		}
+	}
+	if fast == 0 {
+		t.Fatal("no buffer size took the fast path")
+	}
+}
