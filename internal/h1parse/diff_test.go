@@ -22,7 +22,7 @@ type wire struct {
 	chunks      []int // sizes of successive underlying reads, cycled; nil: whole reads
 	endErr      error // what the underlying reader returns after the input; nil: io.EOF
 	errWithData bool  // return endErr with the last bytes, not after them
-	drainOnly   bool  // close each body without reading it
+	drainOnly   bool  // close each body without reading it (after one read of readSize if set)
 	readSize    int   // size of each body Read; 0: io.ReadAll
 	maxReqs     int   // requests to read from one stream
 }
@@ -85,6 +85,14 @@ func readOutcome(req *http.Request, err error, w wire) outcome {
 		return o
 	}
 	switch {
+	case w.drainOnly && w.readSize > 0:
+		// One small read, then Close drains the rest.
+		buf := make([]byte, w.readSize)
+		n, err := req.Body.Read(buf)
+		o.body = buf[:n]
+		if err != nil && err != io.EOF {
+			o.bodyErr = err
+		}
 	case w.drainOnly:
 	case w.readSize > 0:
 		buf := make([]byte, w.readSize)

@@ -19,12 +19,13 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // goldenWires are the ways TestGolden feeds each golden input to both
 // parsers: whole, in small reads into a small buffer ending in a connection
-// error, and with bodies only closed and the error coming with the last
-// bytes.
+// error, with bodies only closed and the error coming with the last bytes,
+// and with bodies closed after one short read.
 var goldenWires = []wire{
 	{bufSize: 4096, maxReqs: 8},
 	{bufSize: 32, chunks: []int{1, 7, 3}, endErr: errConnReset, readSize: 2, maxReqs: 8},
 	{bufSize: 4096, drainOnly: true, endErr: errConnReset, errWithData: true, maxReqs: 8},
+	{bufSize: 64, drainOnly: true, readSize: 2, maxReqs: 8},
 }
 
 // TestGolden runs every testdata/requests/*.txtar. The "request" section is
