@@ -25,9 +25,11 @@
 //
 // # Parsing
 //
-// The head is parsed by net/http's own parser (http.ReadRequest) and then
-// checked as net/http's server checks it (readRequest in head.go), so a
-// head is never read differently from net/http: framing (Content-Length,
+// The head is parsed by package h1parse (http.ReadRequest, or a
+// low-allocation reading of the common shape proved equal to it by its
+// differential fuzz target) and then checked as net/http's server checks
+// it (readRequest in head.go), so a head is never read differently from
+// net/http (FuzzEngineMatchesNetHTTP compares whole connections): framing (Content-Length,
 // Transfer-Encoding and their conflicts) and every refusal are net/http's.
 // A refused head is answered like net/http answers it (400, 431, 501,
 // 505, with Connection: close) and the connection is closed.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/botbox/botbox/internal/h1parse"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -109,13 +110,14 @@ func (e *statusError) Error() string {
 // should have handed over: never served, never forwarded.
 var errNotCommon = &statusError{code: http.StatusBadRequest, text: "unexpected request shape"}
 
-// readRequest reads the head judged h with net/http's parser and applies
+// readRequest reads the head judged h with package h1parse (net/http's
+// parser, or a low-allocation reading proved equal to it) and applies
 // the checks net/http's server adds (server.go, conn.readRequest): the
 // Host field required on HTTP/1.1, a Host value that is a valid host, every
 // field name and value valid. Then it checks again what judgeHead only
 // scanned (needsNetHTTP): what it should have handed over is refused.
 func readRequest(br *bufio.Reader, h head) (*http.Request, error) {
-	req, err := http.ReadRequest(br)
+	req, err := h1parse.ReadRequest(br)
 	if err != nil {
 		return nil, err
 	}

@@ -87,7 +87,7 @@ var allowedInternal = map[string][]string{
 	"mitm":        {"echo", "hostport"},
 	"netfilter":   {},
 	"listener":    {"telemetry"},
-	"engine":      {},                                                                                                                                                       // a leaf: an HTTP/1.1 server, nothing of BotBox's policy
+	"engine":      {"h1parse"},                                                                                                                                              // an HTTP/1.1 server, nothing of BotBox's policy
 	"credential":  {"config", "secrets", "telemetry", "upstream"},                                                                                                           // secrets only for the Value type; upstream: the token client's dial policy
 	"proxy":       {"config", "credential", "engine", "generation", "hostport", "placeholder", "policy", "reqpath", "rewrite", "scrub", "secrets", "telemetry", "upstream"}, // reqpath: Override for the policy's Target
 	"cli":         {},
