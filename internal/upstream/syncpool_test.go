@@ -499,6 +499,9 @@ func TestSyncMaxConnsPerHost(t *testing.T) {
 	var gauge connGauge
 	var inflight atomic.Int32
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	freeAll := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(freeAll) // a failed barrier must not leave the origin holding requests
 	ca := testpki.NewCA(t, "sync-limits")
 	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
@@ -542,7 +545,7 @@ func TestSyncMaxConnsPerHost(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled waiter: err = %v, want context.Canceled", err)
 	}
-	close(release)
+	freeAll()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -689,14 +692,17 @@ func TestSyncResponseHeaderTimeout(t *testing.T) {
 	})
 	t.Run("slow body not cut", func(t *testing.T) {
 		t.Parallel()
+		// Half a second rather than shortTimeout: the head must beat it
+		// on a loaded machine.
+		const d = 500 * time.Millisecond
 		o := newSlowOrigin(t, false)
-		resp, err := do(o, "/slow-body", 0)
+		resp, err := do(o, "/slow-body", d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		<-o.arrived
-		_, err = do(o, "/slow-head", 0) // the body is silent for longer than the timeout
-		wantTimeout(t, err, shortTimeout)
+		_, err = do(o, "/slow-head", d) // the body is silent for longer than the timeout
+		wantTimeout(t, err, d)
 		<-o.arrived
 		close(o.release)
 		if got := readAll(t, resp); got != "head;done" {
@@ -725,6 +731,7 @@ func TestSyncCancel(t *testing.T) {
 	t.Run("reading the body", func(t *testing.T) {
 		t.Parallel()
 		o := newSlowOrigin(t, false)
+		o.transport().syncRT.headerTimeout = longTimeout
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "GET", o.URL+"/slow-body", nil)
@@ -749,6 +756,7 @@ func TestSyncCancel(t *testing.T) {
 	t.Run("Close during a blocked Read", func(t *testing.T) {
 		t.Parallel()
 		o := newSlowOrigin(t, false)
+		o.transport().syncRT.headerTimeout = longTimeout
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", o.URL+"/slow-body", nil)
 		resp, err := o.transport().Sync().RoundTrip(req)
 		if err != nil {
@@ -971,6 +979,31 @@ func TestSyncRequestBodyError(t *testing.T) {
 	_, err := st.RoundTrip(req)
 	if !errors.Is(err, bodyErr) {
 		t.Fatalf("err = %v, want the body's error", err)
+	}
+}
+
+// TestSyncEarlyResponse: an origin that answers an upload without reading
+// it and closes has its answer returned, not the write error.
+func TestSyncEarlyResponse(t *testing.T) {
+	t.Parallel()
+	for _, useTLS := range []bool{true, false} {
+		o := newRawOrigin(t, useTLS, func(o *rawOrigin, _ int, c net.Conn, br *bufio.Reader) {
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Length: 8\r\n\r\ntoo big!")
+		})
+		_, st := syncTransport(t, o.roots, Options{})
+		req, _ := http.NewRequestWithContext(t.Context(), "PUT", o.url+"/upload", strings.NewReader(strings.Repeat("x", 16<<20)))
+		resp, err := st.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("tls=%v: err = %v, want the origin's 413", useTLS, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || string(b) != "too big!" {
+			t.Errorf("tls=%v: %d %q", useTLS, resp.StatusCode, b)
+		}
 	}
 }
 

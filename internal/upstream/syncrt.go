@@ -46,6 +46,9 @@ import (
 //     returns the connection to the pool unless the response or the
 //     request asked for close; closed early, the connection is kept only
 //     when the rest (at most 64 KiB) is already buffered.
+//   - An origin that answers before reading the whole request body and
+//     closes (a 401 or 413 to an upload) has that answer returned (with
+//     Close set) rather than the write error.
 //   - A request of an idempotent method (or with Idempotency-Key) without a
 //     body whose reused connection fails before any response byte is sent
 //     again, once, on a new connection.
@@ -230,6 +233,11 @@ func (c *syncConn) exchange(ctx context.Context, req, wreq *http.Request, tracke
 	fail := func(retryable bool, err error) (*http.Response, bool, error) {
 		stop()
 		c.closeSocket()
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			// The context ended the exchange, whichever step saw it.
+			retryable = false
+			err = fmt.Errorf("upstream request: %w (%w)", ctx.Err(), err)
+		}
 		if !retryable {
 			c.t.releaseSlot(c.hp)
 		}
@@ -244,14 +252,20 @@ func (c *syncConn) exchange(ctx context.Context, req, wreq *http.Request, tracke
 	}
 	bw.Reset(nil)
 	c.t.writers.Put(bw)
+	var writeErr error
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return fail(false, fmt.Errorf("writing the upstream request: %w (%w)", ctx.Err(), err))
 		case tracked != nil && tracked.body.err != nil:
 			return fail(false, fmt.Errorf("reading the request body: %w", tracked.body.err))
+		case tracked == nil:
+			return fail(true, fmt.Errorf("writing the upstream request: %w", err))
 		}
-		return fail(true, fmt.Errorf("writing the upstream request: %w", err))
+		// An origin may answer an upload before reading all of it (401,
+		// 413) and close: that answer, when it is there, is the result.
+		writeErr = fmt.Errorf("writing the upstream request: %w", err)
+		d = earlyResponseWait
 	}
 
 	// The response-header clock: from the request written to its first
@@ -261,6 +275,8 @@ func (c *syncConn) exchange(ctx context.Context, req, wreq *http.Request, tracke
 	}
 	if _, err := c.br.Peek(1); err != nil {
 		switch {
+		case writeErr != nil:
+			return fail(false, writeErr)
 		case ctx.Err() != nil:
 			return fail(false, fmt.Errorf("awaiting the upstream response: %w (%w)", ctx.Err(), err))
 		case isDeadline(err):
@@ -312,7 +328,10 @@ func (c *syncConn) exchange(ctx context.Context, req, wreq *http.Request, tracke
 		}
 	}
 	resp.TLS = c.tlsState
-	keep := !resp.Close && !wantsClose(req)
+	keep := writeErr == nil && !resp.Close && !wantsClose(req)
+	if writeErr != nil {
+		resp.Close = true
+	}
 	if resp.Body == http.NoBody {
 		stopped := stop()
 		c.release(keep && stopped)
@@ -331,6 +350,11 @@ func (c *syncConn) release(keep bool) {
 	}
 	c.discard()
 }
+
+// earlyResponseWait is how long a request whose body could not be written
+// whole waits for the answer the origin may have sent before it stopped
+// reading.
+const earlyResponseWait = 100 * time.Millisecond
 
 var errBodyClosed = errors.New("read on a closed upstream response body")
 
