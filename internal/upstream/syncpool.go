@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -170,8 +171,10 @@ type syncConn struct {
 	// headLeft is how many bytes the response head being read may still
 	// take; < 0 while no head is being read.
 	headLeft int64
-	// abort closes the socket; the request's context.AfterFunc calls it.
+	// abort is what the request's context.AfterFunc calls: it ends the
+	// open response body (body), else closes the socket.
 	abort func()
+	body  atomic.Pointer[syncBody]
 	// requests counts the requests the connection carried (reused when > 0).
 	requests  int
 	idleSince time.Time
@@ -465,7 +468,13 @@ func (t *SyncTransport) dialConn(ctx context.Context, hp *hostPool) (*syncConn, 
 		return nil, err
 	}
 	c := &syncConn{t: t, hp: hp, raw: raw, conn: raw, headLeft: -1}
-	c.abort = c.closeSocket
+	c.abort = func() {
+		if b := c.body.Load(); b != nil {
+			b.ctxDone()
+			return
+		}
+		c.closeSocket()
+	}
 	if sc, ok := raw.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			c.rawConn = rc

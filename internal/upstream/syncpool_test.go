@@ -786,6 +786,31 @@ func TestSyncCancel(t *testing.T) {
 	})
 }
 
+// TestSyncAbandonedBody: a body neither read nor closed gives its
+// connection back (closed) when the request's context ends, and a later
+// Read reports the context's error.
+func TestSyncAbandonedBody(t *testing.T) {
+	t.Parallel()
+	o := newRawOrigin(t, true, keepAlive("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"))
+	_, st := syncTransport(t, o.roots, Options{MaxConnsPerHost: 1})
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, "GET", o.url+"/", nil)
+	resp, err := st.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	eventually.Eventually(t, 10*time.Second, func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.hosts) == 0
+	}, "the slot released")
+	if _, err := resp.Body.Read(make([]byte, 10)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Read after the context ended: %v, want context.Canceled", err)
+	}
+	resp.Body.Close()
+}
+
 // TestSyncEarlyClose: a body closed before EOF keeps its connection when
 // the rest is already buffered, and closes it (without reading on) when
 // it is not.

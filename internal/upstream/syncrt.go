@@ -337,7 +337,9 @@ func (c *syncConn) exchange(ctx context.Context, req, wreq *http.Request, tracke
 		c.release(keep && stopped)
 		return resp, false, nil
 	}
-	resp.Body = &syncBody{c: c, rc: resp.Body, ctx: ctx, stop: stop, keep: keep}
+	b := &syncBody{c: c, rc: resp.Body, ctx: ctx, stop: stop, keep: keep}
+	c.body.Store(b)
+	resp.Body = b
 	return resp, false, nil
 }
 
@@ -423,7 +425,7 @@ func (b *syncBody) Close() error {
 	case b.done:
 	case b.reading:
 		// Unblock the Read; it releases the connection.
-		b.c.abort()
+		b.c.closeSocket()
 	default:
 		b.finishLocked(b.keep && b.drain())
 	}
@@ -444,11 +446,29 @@ func (b *syncBody) drain() bool {
 	return c.conn.SetReadDeadline(time.Time{}) == nil
 }
 
+// ctxDone is the end of the request's context while the body is open:
+// the connection is closed and, unless a Read is under way (it does it),
+// released, so that a body nobody reads or closes does not hold its slot
+// of MaxConnsPerHost past its context.
+func (b *syncBody) ctxDone() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.done:
+	case b.reading:
+		b.c.closeSocket()
+	default:
+		b.err = fmt.Errorf("reading the upstream response body: %w", b.ctx.Err())
+		b.finishLocked(false)
+	}
+}
+
 // finishLocked releases the connection once.
 func (b *syncBody) finishLocked(keep bool) {
 	if b.done {
 		return
 	}
 	b.done = true
+	b.c.body.Store(nil)
 	b.c.release(b.stop() && keep)
 }
