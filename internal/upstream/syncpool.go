@@ -166,6 +166,7 @@ type syncConn struct {
 	raw      net.Conn        // the TCP connection
 	tls      *tls.Conn       // nil for cleartext
 	rawConn  syscall.RawConn // raw's, for the liveness peek; nil when raw has none
+	peeker   peeker
 	tlsState *tls.ConnectionState
 	br       *bufio.Reader // reads through the syncConn (Read) to apply headLeft
 	// headLeft is how many bytes the response head being read may still
@@ -213,7 +214,7 @@ func (c *syncConn) alive() bool {
 	if c.rawConn == nil {
 		return true // an injected dialer's conn without a socket: the retry covers it
 	}
-	return peekAlive(c.rawConn)
+	return c.peeker.alive(c.rawConn)
 }
 
 // clean reports whether a connection whose response ended may be kept:

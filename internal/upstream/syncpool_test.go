@@ -292,7 +292,7 @@ func TestSyncLivenessCheck(t *testing.T) {
 				t.Fatal("first connection not pooled")
 			}
 			close(poke)
-			eventually.Eventually(t, 10*time.Second, func() bool { return !peekAlive(c.rawConn) }, "the socket shows the origin's close or bytes")
+			eventually.Eventually(t, 10*time.Second, func() bool { return !(&peeker{}).alive(c.rawConn) }, "the socket shows the origin's close or bytes")
 			req, _ := http.NewRequestWithContext(t.Context(), "POST", o.url+"/", strings.NewReader("payload"))
 			resp, err := st.RoundTrip(req)
 			if err != nil {
