@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// # Synchronous HTTP/1.1 pool
+// The synchronous HTTP/1.1 pool.
 //
 // SyncTransport is the upstream side of BotBox's own HTTP/1.1 engine
 // (issue 24): a round tripper that writes the request and reads the
@@ -64,6 +64,7 @@ type SyncTransport struct {
 	maxPerHost     int
 	maxIdlePerHost int
 	maxIdle        int
+	maxHeadBytes   int64 // maxSyncHeadBytes (tests lower it)
 
 	writers sync.Pool // *bufio.Writer of syncBufSize, held while a request is written
 
@@ -84,6 +85,7 @@ func newSyncTransport(o Options, dial DialFunc, cfg *tls.Config) *SyncTransport 
 		maxPerHost:     o.MaxConnsPerHost,
 		maxIdlePerHost: o.MaxIdleConnsPerHost,
 		maxIdle:        o.MaxIdleConns,
+		maxHeadBytes:   maxSyncHeadBytes,
 		writers:        sync.Pool{New: func() any { return bufio.NewWriterSize(nil, syncBufSize) }},
 		hosts:          make(map[hostKey]*hostPool),
 	}
@@ -183,7 +185,7 @@ type syncConn struct {
 	next      *syncConn
 }
 
-var errHeadTooLarge = fmt.Errorf("upstream response head larger than %d bytes", maxSyncHeadBytes)
+var errHeadTooLarge = errors.New("upstream response head too large (net/http's limit, 10 MiB)")
 
 // Read is the connection as the bufio.Reader sees it: bounded while a
 // response head is read.

@@ -1037,7 +1037,8 @@ type iotestErr struct{ err error }
 func (e iotestErr) Read([]byte) (int, error) { return 0, e.err }
 
 // TestSyncHeadTooLarge: an origin that sends an endless head is cut at
-// maxSyncHeadBytes (memory stays bounded) and the error says so.
+// the bound (maxSyncHeadBytes; 256 KiB here) so memory stays bounded, and
+// the error says so.
 func TestSyncHeadTooLarge(t *testing.T) {
 	t.Parallel()
 	o := newRawOrigin(t, false, func(o *rawOrigin, _ int, c net.Conn, br *bufio.Reader) {
@@ -1053,6 +1054,7 @@ func TestSyncHeadTooLarge(t *testing.T) {
 		}
 	})
 	_, st := syncTransport(t, nil, Options{})
+	st.maxHeadBytes = 256 << 10 // the bound's logic, at a test's cost
 	_, _, err := get(t.Context(), st, "GET", o.url+"/", nil)
 	if !errors.Is(err, errHeadTooLarge) {
 		t.Fatalf("err = %v, want errHeadTooLarge", err)

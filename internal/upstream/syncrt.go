@@ -292,7 +292,7 @@ func (c *syncConn) exchange(ctx context.Context, req, wreq *http.Request, tracke
 	}
 
 	for n1xx := 0; ; {
-		c.headLeft = maxSyncHeadBytes
+		c.headLeft = c.t.maxHeadBytes
 		resp, err = http.ReadResponse(c.br, req)
 		headLeft := c.headLeft
 		c.headLeft = -1

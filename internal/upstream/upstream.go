@@ -54,6 +54,14 @@
 // after their head are not affected. TestResponseHeaderTimeoutPerRequest
 // holds this.
 //
+// # Synchronous HTTP/1.1 pool
+//
+// Transport.Sync returns a SyncTransport: the same dialer, guard, roots,
+// bounds and response-header timeout, but HTTP/1.1 only and synchronous
+// (the request written and the response head read on the caller's
+// goroutine, no goroutine per connection). BotBox's own HTTP/1.1 engine
+// uses it (issue 24); see syncpool.go and SyncTransport.RoundTrip.
+//
 // Typical use:
 //
 //	tr, err := upstream.NewTransport(upstream.Options{CAFile: cfg.UpstreamCAFile, Guard: g, ...})
