@@ -1126,3 +1126,106 @@ func TestSyncNoGoroutinePerConnection(t *testing.T) {
 		t.Errorf("%d goroutines, %d before and %d origin connections", after, before, o.accepted.Load())
 	}
 }
+
+// TestSyncStress: 8 goroutines share 2 connections (MaxConnsPerHost) for
+// 160 requests, each ending one of four ways: read to EOF, closed early,
+// cancelled mid-body, cancelled before sending. Every request gets a
+// response or its context's error, the origin never sees more than 2
+// connections at once, and the pool ends consistent: every connection
+// idle, no waiter, no slot leaked.
+func TestSyncStress(t *testing.T) {
+	t.Parallel()
+	const capConns, workers, perWorker = 2, 8, 20
+	// Sockets open as the client sees them (the origin sees a close
+	// later): counted by the dialer, uncounted by Close.
+	var open, peak atomic.Int32
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		for n := open.Add(1); ; {
+			if p := peak.Load(); n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		return &countedConn{TCPConn: c.(*net.TCPConn), open: &open}, nil
+	}
+	ca := testpki.NewCA(t, "sync-stress")
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strings.Repeat("x", 8<<10))
+	}))
+	origin.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, "127.0.0.1")}}
+	origin.StartTLS()
+	defer origin.Close()
+	_, st := syncTransport(t, ca.Pool(), Options{MaxConnsPerHost: capConns, Dial: dial})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				ctx, cancel := context.WithCancel(t.Context())
+				mode := (w + i) % 4
+				if mode == 3 {
+					cancel()
+				}
+				req, _ := http.NewRequestWithContext(ctx, "GET", origin.URL+"/", nil)
+				resp, err := st.RoundTrip(req)
+				if err != nil {
+					if mode != 3 || !errors.Is(err, context.Canceled) {
+						t.Errorf("mode %d: %v", mode, err)
+					}
+					cancel()
+					continue
+				}
+				switch mode {
+				case 0, 3: // mode 3: sent before the cancel was seen
+					if _, err := io.Copy(io.Discard, resp.Body); err != nil && mode == 0 {
+						t.Errorf("reading: %v", err)
+					}
+				case 1:
+					_, _ = resp.Body.Read(make([]byte, 100))
+				case 2:
+					_, _ = resp.Body.Read(make([]byte, 100))
+					cancel()
+					_, _ = io.Copy(io.Discard, resp.Body)
+				}
+				resp.Body.Close()
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > capConns {
+		t.Errorf("%d sockets open at once, want at most %d", p, capConns)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, hp := range st.hosts {
+		if hp.conns > capConns || hp.conns != len(hp.idle) || len(hp.waiters) != 0 {
+			t.Errorf("pool after the stress: %d conns, %d idle, %d waiters", hp.conns, len(hp.idle), len(hp.waiters))
+		}
+	}
+	if n := 0; st.idle.n != func() int {
+		for _, hp := range st.hosts {
+			n += len(hp.idle)
+		}
+		return n
+	}() {
+		t.Errorf("idle list holds %d, the host pools %d", st.idle.n, n)
+	}
+}
+
+// countedConn decrements open when first closed.
+type countedConn struct {
+	*net.TCPConn
+	open   *atomic.Int32
+	closed atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if !c.closed.Swap(true) {
+		c.open.Add(-1)
+	}
+	return c.TCPConn.Close()
+}
