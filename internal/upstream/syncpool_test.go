@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -1228,4 +1229,35 @@ func (c *countedConn) Close() error {
 		c.open.Add(-1)
 	}
 	return c.TCPConn.Close()
+}
+
+// TestSyncIPv6Literal: an IPv6 literal authority ([::1]:port) is dialled
+// as such and pooled (brackets off in the key, back on for the dial).
+func TestSyncIPv6Literal(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("no IPv6 loopback in CI: %v", err)
+		}
+		t.Skipf("no IPv6 loopback on this machine: %v", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "v6") })}
+	var accepted atomic.Int32
+	srv.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			accepted.Add(1)
+		}
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	_, st := syncTransport(t, nil, Options{})
+	for range 3 {
+		if _, body, err := get(t.Context(), st, "GET", "http://"+ln.Addr().String()+"/", nil); err != nil || body != "v6" {
+			t.Fatalf("body %q, err %v", body, err)
+		}
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
 }
