@@ -174,6 +174,28 @@ func TestPooledConnNotReusedAcrossOptIns(t *testing.T) {
 	}
 }
 
+// optInCase is a DialPolicy that admits a loopback origin and one that must
+// not reuse the connection it dialled.
+type optInCase struct {
+	name  string
+	admit DialPolicy // dials and pools a connection
+	other DialPolicy // must not reuse it
+}
+
+// optInCases are the pool-isolation cases of both transports
+// (TestPooledConnNotReusedAcrossOptIns, TestSyncPoolIsolatedByDialPolicy).
+func optInCases() []optInCase {
+	lo := netip.MustParsePrefix("127.0.0.1/32")
+	strict := addrguard.New(nil)
+	lenient := addrguard.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	return []optInCase{
+		{"rule prefix then none", DialPolicy{Guard: strict, Opts: addrguard.Opts{Rule: lo}}, DialPolicy{Guard: strict}},
+		{"allowed_cidrs then stricter guard", DialPolicy{Guard: lenient}, DialPolicy{Guard: strict}},
+		{"guard off then on", DialPolicy{Unguarded: true}, DialPolicy{Guard: strict}},
+		{"guard off then no policy", DialPolicy{Unguarded: true}, DialPolicy{}},
+	}
+}
+
 func testPooledConnNotReused(t *testing.T, h2 bool) {
 	ca := testpki.NewCA(t, "pool")
 	var conns atomic.Int32
@@ -187,21 +209,8 @@ func testPooledConnNotReused(t *testing.T, h2 bool) {
 	}
 	srv.StartTLS()
 	defer srv.Close()
-	lo := netip.MustParsePrefix("127.0.0.1/32")
 	strict := addrguard.New(nil)
-	lenient := addrguard.New([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
-
-	tests := []struct {
-		name  string
-		admit DialPolicy // dials and pools a connection
-		other DialPolicy // must not reuse it
-	}{
-		{"rule prefix then none", DialPolicy{Guard: strict, Opts: addrguard.Opts{Rule: lo}}, DialPolicy{Guard: strict}},
-		{"allowed_cidrs then stricter guard", DialPolicy{Guard: lenient}, DialPolicy{Guard: strict}},
-		{"guard off then on", DialPolicy{Unguarded: true}, DialPolicy{Guard: strict}},
-		{"guard off then no policy", DialPolicy{Unguarded: true}, DialPolicy{}},
-	}
-	for _, tt := range tests {
+	for _, tt := range optInCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			tr, err := NewTransport(Options{RootCAs: ca.Pool(), Guard: CheckAddress})
 			if err != nil {

@@ -19,6 +19,8 @@ type Transport struct {
 	pools pools
 	// responseHeaderTimeout applies to requests without their own.
 	responseHeaderTimeout time.Duration
+	// syncRT is the synchronous HTTP/1.1 pool Sync returns (syncpool.go).
+	syncRT *SyncTransport
 }
 
 type responseHeaderTimeoutKey struct{}

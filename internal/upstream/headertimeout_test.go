@@ -184,13 +184,19 @@ func TestResponseHeaderTimeoutPerRequest(t *testing.T) {
 			wantTimeout(t, err, shortTimeout)
 		})
 		t.Run(proto+"/slow body after the head is not cut", func(t *testing.T) {
+			// Half a second rather than shortTimeout: the head must beat
+			// the bound on a loaded machine (20 ms did not, under -race).
+			const d = 500 * time.Millisecond
 			o := newSlowOrigin(t, h2)
-			resp, err := o.do(t, http.MethodGet, "/slow-body", 0, nil)
+			resp, err := o.do(t, http.MethodGet, "/slow-body", d, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			<-o.arrived
-			o.expireDefault(t) // the body is silent for longer than the timeout
+			// The body is silent for longer than the timeout: a request
+			// with the same bound sent after the head expires first.
+			_, err = o.do(t, http.MethodGet, "/slow-head", d, nil)
+			wantTimeout(t, err, d)
 			<-o.arrived
 			close(o.release)
 			if got := readAll(t, resp); got != "head;done" {

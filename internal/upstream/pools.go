@@ -103,8 +103,10 @@ func (t *Transport) poolFor(p DialPolicy) *http.Transport {
 }
 
 // CloseIdleConnections closes the idle pooled connections of every pool.
+// The synchronous pool's (Sync) included.
 func (t *Transport) CloseIdleConnections() {
 	t.base.CloseIdleConnections()
+	t.syncRT.CloseIdleConnections()
 	t.pools.mu.Lock()
 	defer t.pools.mu.Unlock()
 	for _, e := range t.pools.m {

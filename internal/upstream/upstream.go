@@ -54,6 +54,14 @@
 // after their head are not affected. TestResponseHeaderTimeoutPerRequest
 // holds this.
 //
+// # Synchronous HTTP/1.1 pool
+//
+// Transport.Sync returns a SyncTransport: the same dialer, guard, roots,
+// bounds and response-header timeout, but HTTP/1.1 only and synchronous
+// (the request written and the response head read on the caller's
+// goroutine, no goroutine per connection). BotBox's own HTTP/1.1 engine
+// uses it (issue 24); see syncpool.go and SyncTransport.RoundTrip.
+//
 // Typical use:
 //
 //	tr, err := upstream.NewTransport(upstream.Options{CAFile: cfg.UpstreamCAFile, Guard: g, ...})
@@ -320,10 +328,13 @@ func NewTransport(o Options) (*Transport, error) {
 	case o.Guard != nil:
 		dial = o.Guard.checked(dial)
 	}
+	// One session cache for both transports: a connection of either
+	// resumes the sessions of the other.
+	sessions := tls.NewLRUClientSessionCache(1024)
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         dial,
-		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(1024)},
+		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, ClientSessionCache: sessions},
 		TLSHandshakeTimeout: o.ConnectTimeout,
 		// No ResponseHeaderTimeout here: it would be one bound for every
 		// request, and cut a rule's longer one. Transport.RoundTrip
@@ -352,7 +363,10 @@ func NewTransport(o Options) (*Transport, error) {
 		// the Content-Length the origin sent is lost).
 		DisableCompression: true,
 	}
-	return &Transport{base: tr, responseHeaderTimeout: o.ResponseHeaderTimeout}, nil
+	// The synchronous HTTP/1.1 pool (Sync) gets its own tls.Config:
+	// http.Transport adds "h2" to the NextProtos of its own on first use.
+	syncTLS := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, ClientSessionCache: sessions, NextProtos: []string{"http/1.1"}}
+	return &Transport{base: tr, responseHeaderTimeout: o.ResponseHeaderTimeout, syncRT: newSyncTransport(o, dial, syncTLS)}, nil
 }
 
 // IsTimeout reports whether err is a timeout: the origin did not answer
