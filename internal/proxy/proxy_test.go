@@ -203,7 +203,7 @@ func newEnv(t *testing.T, o envOpts) *testEnv {
 	}
 	t.Cleanup(tr.CloseIdleConnections)
 	e.metrics = telemetry.NewMetrics()
-	opts := Options{Config: cfg, Secrets: e.store, Transport: tr, Metrics: e.metrics, Logger: logger, Now: o.now, Placeholders: o.placeholders}
+	opts := Options{Config: cfg, Secrets: e.store, Transport: tr, EngineTransport: tr.Sync(), Metrics: e.metrics, Logger: logger, Now: o.now, Placeholders: o.placeholders}
 	if o.connectTLS {
 		opts.ConnectTLS = e.connectTLS()
 	}
@@ -239,6 +239,9 @@ func serveWith(t *testing.T, h http.Handler, engineName string) *httptest.Server
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.DisableGeneralOptionsHandler = true // as package server configures it
+	srv.Config.Protocols = new(http.Protocols)     // and HTTP/2 with prior knowledge
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	switch v := engineName; v {
 	case "net/http":
 		srv.Start()
@@ -248,9 +251,6 @@ func serveWith(t *testing.T, h http.Handler, engineName string) *httptest.Server
 	default:
 		t.Fatalf("%s=%q: want botbox or net/http", testEngineEnv, v)
 	}
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	eng, err := engine.New(engine.Options{Handler: h, Fallback: srv.Config, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +261,21 @@ func serveWith(t *testing.T, h http.Handler, engineName string) *httptest.Server
 	t.Cleanup(func() { _ = eng.Close(); <-done })
 	return srv
 }
+
+// h2cClient is an HTTP/2 client with prior knowledge for the plain
+// listener: its requests are served by net/http on either engine (the
+// engine hands such a connection over), so they reach the HTTP/2
+// upstream path.
+func (e *testEnv) h2cClient() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}
+
+// onEngine reports whether the tests' plain listener is BotBox's engine
+// (testEngineEnv), whose HTTP/1.1 requests go to the origin over the
+// synchronous HTTP/1.1 pool.
+func onEngine() bool { return os.Getenv(testEngineEnv) != "net/http" }
 
 // client is an HTTP client for the plain listener (httptest's Client is
 // nil for a server the engine serves).
@@ -663,6 +678,10 @@ func TestHopByHopStripping(t *testing.T) {
 	}
 }
 
+// TestHTTP2Upstream: an origin that offers HTTP/2 gets it from net/http's
+// path (an agent on HTTP/2 on either engine, an agent on HTTP/1.1 when
+// net/http serves it); an HTTP/1.1 agent on BotBox's engine goes out over
+// the synchronous HTTP/1.1 pool (issue 24's trade-off, docs/performance.md).
 func TestHTTP2Upstream(t *testing.T) {
 	e := newEnv(t, envOpts{http2Origin: true})
 	resp, body := e.get("api.example.test", "/h2", nil)
@@ -670,8 +689,26 @@ func TestHTTP2Upstream(t *testing.T) {
 		t.Fatalf("%d %q", resp.StatusCode, body)
 	}
 	got := e.lastSeen()
+	want := "HTTP/2.0"
+	if onEngine() {
+		want = "HTTP/1.1"
+	}
+	if got.Proto != want {
+		t.Errorf("HTTP/1.1 agent: origin proto = %s, want %s", got.Proto, want)
+	}
+	if got.Header.Get("Authorization") != "Bearer sk-test-12345" {
+		t.Errorf("no injection: %v", got.Header)
+	}
+	req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/h2", nil)
+	req.Host = "api.example.test"
+	resp, err := e.h2cClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	got = e.lastSeen()
 	if got.Proto != "HTTP/2.0" {
-		t.Errorf("origin proto = %s, want HTTP/2.0", got.Proto)
+		t.Errorf("HTTP/2 agent: origin proto = %s, want HTTP/2.0", got.Proto)
 	}
 	if got.Header.Get("Authorization") != "Bearer sk-test-12345" {
 		t.Errorf("no injection over h2: %v", got.Header)

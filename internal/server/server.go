@@ -247,8 +247,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		Generation:  s.gen,
 		Secrets:     store,
 		Transport:   tr,
-		Metrics:     s.metrics,
-		Logger:      telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
+		// The requests BotBox's HTTP/1.1 engine serves go out through
+		// the synchronous pool (the same dialer, guard and bounds).
+		EngineTransport: tr.Sync(),
+		Metrics:         s.metrics,
+		Logger:          telemetry.WithTarget(opts.Logger, telemetry.TargetProxy),
 		// CONNECT on the plain listener is intercepted when interception
 		// is on; s.interceptor is set below, before anything is served.
 		ConnectTLS: func() *tls.Config {

@@ -403,9 +403,9 @@ func (b *syncBody) Read(p []byte) (int, error) {
 	case err != nil:
 		if b.ctx.Err() != nil {
 			err = fmt.Errorf("reading the upstream response body: %w (%w)", b.ctx.Err(), err)
-		} else {
-			err = fmt.Errorf("reading the upstream response body: %w", err)
 		}
+		// Otherwise the error as it is, as http.Transport returns it: the
+		// decision line's error reads the same on both engines.
 		b.finishLocked(false)
 		b.err = err
 	}
