@@ -3,7 +3,7 @@
 // Authorization replaced, HTTPS out over a keep-alive pool with certificate
 // verification), with no policy, logging or metrics. BotBox must beat it.
 //
-//	floor -listen 127.0.0.1:38080 -origin https://127.0.0.1:18443 -ca ca.crt -token T
+//	floor -listen 127.0.0.1:28090 -origin https://127.0.0.1:18443 -ca ca.crt -token T
 //
 // With -dns ADDR it is also the DNS guard cell's floor: the plain
 // miekg/dns UDP server anyone would write, answering every A query with
@@ -22,7 +22,7 @@ import (
 )
 
 func main() {
-	listen := flag.String("listen", "127.0.0.1:38080", "listen address")
+	listen := flag.String("listen", "127.0.0.1:28090", "listen address")
 	origin := flag.String("origin", "https://127.0.0.1:18443", "upstream origin URL")
 	caFile := flag.String("ca", "", "PEM roots for the origin")
 	token := flag.String("token", "", "bearer token to inject")

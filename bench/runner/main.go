@@ -34,7 +34,7 @@ const (
 	sniMetrics      = 19091
 	nginxPort       = 28080 // nginx plain proxy
 	nginxTLSPort    = 28443 // nginx TLS anchor of the interception scenarios
-	floorPort       = 38080
+	floorPort       = 28090 // below the ephemeral range (32768-60999), as every fixed port here: a busy host's outgoing connections took 38080
 	variantBasePort = 18100 // BotBox variants: 18100+10*i (plain), +1 metrics
 	token           = "bench-secret-token-0123456789abcdef"
 	clientAuth      = "Bearer client-supplied-junk" // what the agent sends; proxies must replace it
