@@ -78,7 +78,11 @@ func newBenchHandlerLog(b *testing.B, tr http.RoundTripper, port int, extra stri
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, err := New(Options{Config: cfg, Secrets: store, Transport: tr, Metrics: telemetry.NewMetrics(), Logger: logger})
+	opts := Options{Config: cfg, Secrets: store, Transport: tr, Metrics: telemetry.NewMetrics(), Logger: logger}
+	if ut, ok := tr.(*upstream.Transport); ok {
+		opts.EngineTransport = ut.Sync() // as package server wires it
+	}
+	h, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
