@@ -90,6 +90,8 @@ type exchange struct {
 	agentH2     bool // the agent's request came over HTTP/2 (see outboundBody)
 	lineLater   bool // a CONNECT tunnel writes the line itself when it ends (serveConnect)
 	tw          tripState
+	// interim relays 1xx heads on BotBox's engine (relayEngine).
+	interim interimRelay
 
 	// Response scrubbing (scrub.go).
 	scrubOn    bool           // the rule scrubs responses (scrub_responses)

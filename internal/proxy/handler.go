@@ -154,7 +154,7 @@ func New(opts Options) (*Handler, error) {
 	}
 	h.engineTransport = guardedTransport{next: next}
 	h.rp = &httputil.ReverseProxy{
-		Rewrite:   h.rewrite,
+		Rewrite:   func(pr *httputil.ProxyRequest) { h.rewrite(pr.In, pr.Out) },
 		Transport: guardedTransport{next: opts.Transport},
 		// Contract: streaming responses (text/event-stream, or no
 		// Content-Length: chunked bodies, gRPC) are flushed after every
@@ -405,9 +405,8 @@ func (h *Handler) forward(r *http.Request, x *exchange, hp hostport.HostPort, g 
 // rewrite builds the outbound request. It runs after ReverseProxy removed
 // the hop-by-hop headers (including those named in Connection), so nothing
 // the client names in Connection can strip what is added here.
-func (h *Handler) rewrite(pr *httputil.ProxyRequest) {
-	x := exchangeFrom(pr.In.Context())
-	out := pr.Out
+func (h *Handler) rewrite(in, out *http.Request) {
+	x := exchangeFrom(in.Context())
 	out.URL.Scheme = "https"
 	if x.cleartext {
 		out.URL.Scheme = "http"

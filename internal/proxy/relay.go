@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httputil"
 	"net/textproto"
 	"net/url"
 	"strings"
@@ -24,6 +23,37 @@ func (h *Handler) relay(x *exchange, r *http.Request) {
 		return
 	}
 	h.rp.ServeHTTP(&x.cw, r)
+}
+
+// interimRelay writes the 1xx heads of the origin to the agent for
+// relayEngine. A transport may report a 1xx on a goroutine of its own
+// (net/http's does); none is written once the round trip returned, as in
+// ReverseProxy.
+type interimRelay struct {
+	mu   sync.Mutex
+	w    http.ResponseWriter
+	done bool
+}
+
+func (r *interimRelay) relay(code int, header textproto.MIMEHeader) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return nil
+	}
+	wh := r.w.Header()
+	for k, vv := range header {
+		wh[k] = append(wh[k], vv...)
+	}
+	r.w.WriteHeader(code)
+	clear(wh)
+	return nil
+}
+
+func (r *interimRelay) end() {
+	r.mu.Lock()
+	r.done = true
+	r.mu.Unlock()
 }
 
 // errUnaskedSwitch is relayEngine's error for a 101 to a request that
@@ -76,35 +106,16 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		delete(hdr, k)
 	}
 	out.URL.RawQuery = cleanQueryParams(out.URL.RawQuery)
-	h.rewrite(&httputil.ProxyRequest{In: in, Out: out})
+	h.rewrite(in, out)
 	if _, ok := hdr["User-Agent"]; !ok {
 		// Absent stays absent: the request writer adds Go's own unless
 		// the field is present, and writes none for an empty one.
 		hdr["User-Agent"] = []string{""}
 	}
-	// A transport may report a 1xx on a goroutine of its own (net/http's
-	// does); none is written once the round trip returned, as in
-	// ReverseProxy.
-	var mu sync.Mutex
-	var done bool
-	x.trace.Got1xxResponse = func(code int, header textproto.MIMEHeader) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if done {
-			return nil
-		}
-		wh := w.Header()
-		for k, vv := range header {
-			wh[k] = append(wh[k], vv...)
-		}
-		w.WriteHeader(code)
-		clear(wh)
-		return nil
-	}
+	x.interim.w = w
+	x.trace.Got1xxResponse = x.interim.relay
 	res, err := h.engineTransport.RoundTrip(out)
-	mu.Lock()
-	done = true
-	mu.Unlock()
+	x.interim.end()
 	if err != nil {
 		h.upstreamError(w, out, err)
 		return
@@ -177,7 +188,13 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 func (h *Handler) copyFlushing(w http.ResponseWriter, body io.Reader, length int64) error {
 	buf := h.bufs.Get()
 	defer h.bufs.Put(buf)
-	rc := http.NewResponseController(w)
+	// The first FlushError down the writer chain (the server's write
+	// deadline wrapper), as http.ResponseController finds it, without
+	// allocating one.
+	flush := func() error { return nil }
+	if f, ok := unwrapTo[interface{ FlushError() error }](w); ok {
+		flush = f.FlushError
+	}
 	var written int64
 	for {
 		n, rerr := body.Read(buf)
@@ -187,7 +204,7 @@ func (h *Handler) copyFlushing(w http.ResponseWriter, body io.Reader, length int
 			}
 			written += int64(n)
 			if length < 0 || written < length {
-				if ferr := rc.Flush(); ferr != nil {
+				if ferr := flush(); ferr != nil {
 					return ferr
 				}
 			}
