@@ -105,7 +105,19 @@ func (w *response) writeInformational(code int) {
 		return
 	}
 	w.writeStatusLine(code)
-	w.writeFields(w.header, nil)
+	// No framing field in an interim head, as net/http (a client must not
+	// read a body after it); the final head still gets them.
+	h := w.Header()
+	cl, te := h["Content-Length"], h["Transfer-Encoding"]
+	delete(h, "Content-Length")
+	delete(h, "Transfer-Encoding")
+	w.writeFields(h, nil)
+	if cl != nil {
+		h["Content-Length"] = cl
+	}
+	if te != nil {
+		h["Transfer-Encoding"] = te
+	}
 	_, _ = w.bw.WriteString("\r\n")
 	w.err = w.bw.Flush()
 }

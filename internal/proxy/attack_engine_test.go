@@ -1,0 +1,129 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hostileRoute makes path on the test origin answer with raw bytes:
+// answer writes them on the hijacked connection after the request head
+// was read (the origin speaks HTTP/1.1: the test env's origin has no h2).
+func (e *testEnv) hostileRoute(path string, answer func(c net.Conn, rw *bufio.ReadWriter)) {
+	e.originMux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		c, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			e.t.Errorf("hijack: %v", err)
+			return
+		}
+		defer c.Close()
+		answer(c, rw)
+		_ = rw.Flush()
+	})
+}
+
+// rawExchange writes req on a new connection to the plain listener and
+// returns every byte answered until the proxy closes it (or 5 s pass).
+func (e *testEnv) rawExchange(req string) string {
+	e.t.Helper()
+	c, err := net.DialTimeout("tcp", e.plain.Listener.Addr().String(), 5*time.Second)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		e.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(c)
+	return string(b)
+}
+
+// TestAttackOriginInformationalFraming is a hostile origin sending framing
+// fields in a 1xx (attack playbook class 7, response framing): net/http
+// writes a 1xx without Content-Length and Transfer-Encoding, so that no
+// client reads a body after an interim head; the engine must too.
+func TestAttackOriginInformationalFraming(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	e.hostileRoute("/hints", func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nContent-Length: 40\r\n\r\n" +
+			"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal")
+	})
+	out := e.rawExchange("GET /hints HTTP/1.1\r\nHost: bare.example.test\r\nConnection: close\r\n\r\n")
+	interim, final, ok := strings.Cut(out, "\r\n\r\n")
+	if !ok || !strings.HasPrefix(interim, "HTTP/1.1 103 ") || !strings.HasPrefix(final, "HTTP/1.1 200 ") || !strings.HasSuffix(final, "final") {
+		t.Fatalf("agent got %q, want a 103 then the 200", out)
+	}
+	if !strings.Contains(interim, "Link: ") {
+		t.Errorf("103 lost its Link field: %q", interim)
+	}
+	if strings.Contains(strings.ToLower(interim), "content-length") || strings.Contains(strings.ToLower(interim), "transfer-encoding") {
+		t.Errorf("103 carries a framing field: %q", interim)
+	}
+}
+
+// TestAttackOriginFramingLies holds the response framing against a
+// hostile origin on one keep-alive agent connection (attack playbook
+// class 7): a HEAD answered with a length and no body, a 204 and a 304
+// that announce bodies (and a 204 that sends one), a Content-Length that
+// promises more than the origin sends. Every response reaches the agent
+// framed so that the next one on its connection is read where it starts,
+// and a short body never looks complete.
+func TestAttackOriginFramingLies(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	e.hostileRoute("/head", func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n")
+	})
+	e.hostileRoute("/nocontent", func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 204 No Content\r\nContent-Length: 30\r\n\r\nHTTP/1.1 200 OK\r\nX-Smuggled: 1\r\n\r\n")
+	})
+	e.hostileRoute("/notmodified", func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+	})
+	e.hostileRoute("/short", func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b")
+	})
+	c, err := net.DialTimeout("tcp", e.plain.Listener.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for _, tt := range []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{http.MethodHead, "/head", 200, ""},
+		{http.MethodGet, "/nocontent", 204, ""},
+		{http.MethodGet, "/notmodified", 304, ""},
+		{http.MethodGet, "/ok", 200, `{"path":"/ok"}`},
+	} {
+		fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: bare.example.test\r\n\r\n", tt.method, tt.path)
+		resp, err := http.ReadResponse(br, &http.Request{Method: tt.method})
+		if err != nil {
+			t.Fatalf("%s %s: %v", tt.method, tt.path, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != tt.status || string(b) != tt.body || resp.Header.Get("X-Smuggled") != "" {
+			t.Errorf("%s %s: %d %q %v, want %d %q", tt.method, tt.path, resp.StatusCode, b, err, tt.status, tt.body)
+		}
+	}
+	fmt.Fprintf(c, "GET /short HTTP/1.1\r\nHost: bare.example.test\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return // no head at all (net/http aborts before its first flush): nothing looks complete
+	}
+	if b, err := io.ReadAll(resp.Body); err == nil {
+		t.Errorf("a body shorter than its Content-Length reached the agent as complete: %q", b)
+	}
+}
