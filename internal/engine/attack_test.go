@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -111,3 +112,32 @@ func readOK(t *testing.T, br *bufio.Reader) string {
 	return string(b)
 }
 
+// TestAttackSwitchingProtocolsHasNoBody: a 101 the handler sets is a
+// final head without a body (no chunked framing after it, nothing of a
+// Write), as the package doc says of every 1xx; the engine serves no
+// upgrade, so nothing may follow it as if it were a response body.
+func TestAttackSwitchingProtocolsHasNoBody(t *testing.T) {
+	t.Parallel()
+	wrote := make(chan error, 1)
+	addr := serveWith(t, true, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		_, err := io.WriteString(w, "raw-after-switch")
+		wrote <- err
+	}))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+	b, _ := io.ReadAll(c)
+	out := string(b)
+	head, rest, _ := strings.Cut(out, "\r\n\r\n")
+	if !strings.HasPrefix(head, "HTTP/1.1 101 ") || strings.Contains(head, "Transfer-Encoding") || strings.Contains(head, "Content-Length") || rest != "" {
+		t.Errorf("answered %q, want a bare 101 head", out)
+	}
+	if err := <-wrote; err == nil {
+		t.Error("a body Write after 101 succeeded")
+	}
+}

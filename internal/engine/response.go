@@ -141,7 +141,7 @@ func (w *response) writeStatusLine(code int) {
 func (w *response) writeHead() {
 	h := w.Header()
 	code := w.status
-	w.noBody = w.req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+	w.noBody = w.req.Method == http.MethodHead || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified
 	delete(h, "Transfer-Encoding")
 	if code == http.StatusNoContent {
 		delete(h, "Content-Length")

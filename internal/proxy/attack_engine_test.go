@@ -44,6 +44,30 @@ func (e *testEnv) rawExchange(req string) string {
 	return string(b)
 }
 
+// TestAttackOriginSwitchesProtocols is a hostile origin answering 101
+// Switching Protocols to a request that offered no upgrade (attack
+// playbook classes 8 and 11: a long-lived channel outside the tunnel's
+// limits, and every path alike). httputil.ReverseProxy refuses it (502:
+// the backend switched protocols unasked); the engine's relay must too,
+// never relay a 101 as a final response with a body (the origin's raw
+// stream after it) nor keep reading the agent's connection as HTTP after it.
+func TestAttackOriginSwitchesProtocols(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	e.hostileRoute("/switch", func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nraw-stream-from-origin")
+	})
+	e.hostileRoute("/switch-bare", func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\n\r\n")
+	})
+	for _, path := range []string{"/switch", "/switch-bare"} {
+		out := e.rawExchange("GET " + path + " HTTP/1.1\r\nHost: bare.example.test\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(out, "HTTP/1.1 502 ") || strings.Contains(out, "raw-stream") || strings.Contains(out, " 101 ") {
+			t.Errorf("%s: agent got %q, want 502 and nothing of the switch", path, out)
+		}
+	}
+}
+
 // TestAttackOriginInformationalFraming is a hostile origin sending framing
 // fields in a 1xx (attack playbook class 7, response framing): net/http
 // writes a 1xx without Content-Length and Transfer-Encoding, so that no

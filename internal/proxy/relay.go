@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -90,6 +91,16 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		h.upstreamError(w, out, err)
 		return
 	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		// The engine serves no upgrade offer (package engine hands those
+		// to net/http): a switch is the origin's alone, refused as
+		// httputil.ReverseProxy refuses it (502), its Upgrade value not
+		// quoted (the origin's bytes never reach the decision line).
+		_ = h.upstreamResponse(res)
+		_ = res.Body.Close()
+		h.upstreamError(w, out, errOriginSwitched)
+		return
+	}
 	removeHopByHop(res.Header)
 	if err := h.upstreamResponse(res); err != nil {
 		_ = res.Body.Close()
@@ -138,6 +149,10 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		wh[k] = append(wh[k], vv...)
 	}
 }
+
+// errOriginSwitched: an origin answered 101 to a request that offered no
+// upgrade.
+var errOriginSwitched = errors.New("proxy: the origin switched protocols though the request offered no upgrade")
 
 // copyFlushing copies the origin's body (of length, -1 when unknown) to
 // the agent with a pooled buffer, flushing after every write but the one
