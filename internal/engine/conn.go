@@ -199,6 +199,7 @@ func (c *conn) serveOne(h head) (keep bool) {
 	req.TLS = c.tls
 	w := &c.resp
 	w.reset(c, req)
+	w.body = body
 	defer func() {
 		c.mu.Lock()
 		c.cancel = nil
@@ -275,6 +276,17 @@ func (b *reqBody) Close() error {
 	defer b.mu.Unlock()
 	b.closed = true
 	return nil
+}
+
+// readToEnd reports whether the body was read to its end; false while a
+// Read is in flight (TryLock: a Read holds the lock while it waits for
+// the client).
+func (b *reqBody) readToEnd() bool {
+	if !b.mu.TryLock() {
+		return false
+	}
+	defer b.mu.Unlock()
+	return b.eof
 }
 
 // drain retires the body (later Reads fail) and reads what the handler

@@ -27,6 +27,7 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, wri
 type response struct {
 	c       *conn
 	req     *http.Request
+	body    *reqBody // the request's body, nil when it has none
 	bw      *bufio.Writer
 	header  http.Header
 	status  int  // final status, 0 until set
@@ -308,9 +309,13 @@ func (w *response) SetReadDeadline(t time.Time) error { return w.c.rwc.SetReadDe
 // that an origin's silent stream does not outlive its reader. Bytes the
 // client sends meanwhile (a pipelined request) end the watch and stay
 // buffered for the next request. stop ends the watch and waits for it;
-// call it before the handler returns. The request body must be fully
-// read before (the watch reads the connection).
+// call it before the handler returns. Asked for before the request body
+// was read to its end (chunked or of known length), it watches nothing:
+// the watch reads the connection, where the rest of the body is.
 func (w *response) WatchClient() (stop func()) {
+	if w.body != nil && !w.body.readToEnd() {
+		return func() {}
+	}
 	c := w.c
 	done := make(chan struct{})
 	go func() {

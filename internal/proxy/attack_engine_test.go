@@ -151,3 +151,54 @@ func TestAttackOriginFramingLies(t *testing.T) {
 		t.Errorf("a body shorter than its Content-Length reached the agent as complete: %q", b)
 	}
 }
+
+// TestAttackAbandonedStreamAfterBody is attack playbook class 10
+// (exhaustion: an abandoned exchange holds an upstream connection and a
+// request slot): the agent posts a body (chunked, or of known length),
+// reads the head of a stream the origin then keeps silent, and goes
+// away. net/http's background read cancels the upstream request; on the
+// engine the watch of the agent's connection must start for a chunked
+// body read to its end as for one of known length.
+func TestAttackAbandonedStreamAfterBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	cancelled := make(chan string, 2)
+	e.originMux.HandleFunc("/silent", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: first\n\n")
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-r.Context().Done():
+			cancelled <- string(b)
+		case <-time.After(10 * time.Second):
+		}
+	})
+	for _, tt := range []struct{ name, req, body string }{
+		{"chunked", "POST /silent HTTP/1.1\r\nHost: bare.example.test\r\nTransfer-Encoding: chunked\r\n\r\n7\r\nchunked\r\n0\r\n\r\n", "chunked"},
+		{"length", "POST /silent HTTP/1.1\r\nHost: bare.example.test\r\nContent-Length: 6\r\n\r\nlength", "length"},
+	} {
+		c, err := net.Dial("tcp", e.plain.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprint(c, tt.req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "data: first\n" {
+			t.Fatalf("%s: first event %q, %v", tt.name, line, err)
+		}
+		c.Close()
+		select {
+		case got := <-cancelled:
+			if got != tt.body {
+				t.Errorf("%s: origin got body %q", tt.name, got)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: the agent went away, the origin's silent stream is still relayed 5 s later", tt.name)
+		}
+	}
+}

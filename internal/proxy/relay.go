@@ -124,11 +124,12 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		w.Header().Add("Trailer", strings.Join(names, ", "))
 	}
 	w.WriteHeader(res.StatusCode)
-	if res.ContentLength < 0 && (out.Body == nil || out.ContentLength >= 0 && x.cb.n.Load() == out.ContentLength) {
+	if res.ContentLength < 0 {
 		// A stream: it may stay silent for long, and the agent may leave
-		// meanwhile (TestClientClosedMidBody). Watched only once the
-		// request body is known to be read (the watch reads the agent's
-		// connection).
+		// meanwhile (TestClientClosedMidBody). The engine watches only
+		// once the request body was read to its end, chunked or not (the
+		// watch reads the agent's connection;
+		// TestAttackAbandonedStreamAfterBody).
 		if cw, ok := unwrapTo[clientWatcher](w); ok {
 			defer cw.WatchClient()()
 		}
