@@ -169,8 +169,11 @@ func (w *response) writeHead() {
 	if w.chunked {
 		for _, v := range h["Trailer"] {
 			for _, name := range strings.Split(v, ",") {
-				if name = strings.TrimSpace(name); name != "" {
-					w.trailers = append(w.trailers, http.CanonicalHeaderKey(name))
+				// Only fields that may be trailers, as net/http
+				// (declareTrailer): no framing, routing, authentication
+				// or content handling after the body.
+				if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" && httpguts.ValidTrailerHeader(name) {
+					w.trailers = append(w.trailers, name)
 				}
 			}
 		}

@@ -202,3 +202,40 @@ func TestAttackAbandonedStreamAfterBody(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackOriginForbiddenTrailers is a hostile origin announcing
+// trailers that may not be trailers (RFC 9110 §6.5.1: framing, routing,
+// authentication, content handling; httpguts.ValidTrailerHeader):
+// net/http's server drops them from what it relays, so that no client
+// that merges trailers into the head gets a second Content-Type or a
+// WWW-Authenticate after the body. The engine must drop them too, and
+// keep the others.
+func TestAttackOriginForbiddenTrailers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	e.hostileRoute("/trailers", func(c net.Conn, rw *bufio.ReadWriter) {
+		_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nTrailer: Www-Authenticate, Content-Type, X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			"2\r\nok\r\n0\r\nWww-Authenticate: Basic realm=evil\r\nContent-Type: text/html\r\nX-Sum: 1\r\n\r\n")
+	})
+	resp, err := e.client().Do(func() *http.Request {
+		req, _ := http.NewRequest(http.MethodGet, e.plain.URL+"/trailers", nil)
+		req.Host = "bare.example.test"
+		return req
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(b) != "ok" {
+		t.Fatalf("body %q, %v", b, err)
+	}
+	if resp.Trailer.Get("X-Sum") != "1" {
+		t.Errorf("trailer X-Sum lost: %v", resp.Trailer)
+	}
+	for _, k := range []string{"Www-Authenticate", "Content-Type"} {
+		if v := resp.Trailer.Values(k); len(v) > 0 {
+			t.Errorf("forbidden trailer %s: %q relayed", k, v)
+		}
+	}
+}
