@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +140,147 @@ func TestAttackSwitchingProtocolsHasNoBody(t *testing.T) {
 	}
 	if err := <-wrote; err == nil {
 		t.Error("a body Write after 101 succeeded")
+	}
+}
+
+// TestAttackHandlerFieldsCannotSplit holds response splitting (attack
+// playbook class 9: our outputs are inputs): CR and LF in a value the
+// handler sets, and a name that is no token, never start a field or a
+// response of their own, on a keep-alive connection whose next response
+// is read where it starts.
+func TestAttackHandlerFieldsCannotSplit(t *testing.T) {
+	t.Parallel()
+	addr := serveWith(t, true, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Echo", "a\r\nSet-Cookie: evil=1\r\n\r\nHTTP/1.1 200 OK")
+		w.Header()["X-Bad\r\nSet-Cookie"] = []string{"evil=2"}
+		w.Header().Set("Trailer", "X-T")
+		_, _ = io.WriteString(w, "one")
+		w.Header().Set("X-T", "t\r\nSet-Cookie: evil=3")
+	}))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "one" || resp.Header.Get("Set-Cookie") != "" || resp.Trailer.Get("Set-Cookie") != "" || len(resp.Header.Values("X-Echo")) != 1 {
+			t.Errorf("response %d: %q %v header %v trailer %v", i, b, err, resp.Header, resp.Trailer)
+		}
+	}
+}
+
+// TestAttackSlowHeadsAreCut holds slowloris against the engine (attack
+// playbook class 10): a head sent a byte at a time is cut at
+// ReadHeaderTimeout from its first byte, however steadily it trickles,
+// and an idle keep-alive connection at IdleTimeout.
+func TestAttackSlowHeadsAreCut(t *testing.T) {
+	t.Parallel()
+	const rht, idle = 300 * time.Millisecond, 300 * time.Millisecond
+	addr := serveWith(t, true, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), func(o *Options) {
+		o.ReadHeaderTimeout, o.IdleTimeout = rht, idle
+	})
+	trickle := func(c net.Conn, s string) (sent int) {
+		for i := range len(s) {
+			if _, err := c.Write([]byte{s[i]}); err != nil {
+				return i
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return len(s)
+	}
+	// A first head, then a second after a served request, each trickled.
+	for _, prefix := range []string{"", "GET / HTTP/1.1\r\nHost: a\r\n\r\n"} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		if prefix != "" {
+			fmt.Fprint(c, prefix)
+			if _, err := http.ReadResponse(br, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		head := "GET /slow HTTP/1.1\r\nHost: a\r\nX-Pad: " + strings.Repeat("p", 200) + "\r\n\r\n"
+		start := time.Now()
+		done := make(chan int)
+		go func() { done <- trickle(c, head) }()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, rerr := br.ReadByte()
+		sent := <-done
+		c.Close()
+		if rerr == nil || sent == len(head) {
+			t.Errorf("prefix %q: a %d-byte head trickled over %v was read (%d bytes sent, read err %v)", prefix, len(head), time.Since(start), sent, rerr)
+		}
+	}
+	// An idle keep-alive connection is closed.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	br := bufio.NewReader(c)
+	if _, err := http.ReadResponse(br, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("idle connection: %v, want EOF at IdleTimeout", err)
+	}
+}
+
+// TestAttackNoGoroutineLeftBehind holds the engine's goroutines (attack
+// playbook class 10): connections served on the engine, handed over to
+// net/http, cut mid-head or mid-body, and left idle leave no goroutine of
+// the engine's once they are closed.
+func TestAttackNoGoroutineLeftBehind(t *testing.T) {
+	addr := serveWith(t, true, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	count := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "botbox/internal/engine.(*conn).serve")
+	}
+	var conns []net.Conn
+	for _, raw := range []string{
+		"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHos",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc",
+		"",
+	} {
+		for range 10 {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.WriteString(c, raw)
+			conns = append(conns, c)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := count(); n == 0 {
+		t.Fatal("no connection goroutine seen while connections are open: the count proves nothing")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for count() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := count(); n > 0 {
+		t.Errorf("%d engine connection goroutines still running after every client closed", n)
 	}
 }
