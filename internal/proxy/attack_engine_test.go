@@ -239,3 +239,60 @@ func TestAttackOriginForbiddenTrailers(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackNothingBleedsToTheNextRequest holds keep-alive isolation on
+// one agent connection (attack playbook class 2): the credential injected
+// into a request to api.example.test, and the response fields its origin
+// set, reach neither the next request to another host nor its response.
+// The engine mutates the request's header map in place and adopts the
+// origin's header map as the response's: both must be the request's own.
+func TestAttackNothingBleedsToTheNextRequest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	e.originMux.HandleFunc("/first", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-First-Only", "1")
+		w.Header().Set("Trailer", "X-First-Trailer")
+		_, _ = io.WriteString(w, "first")
+		w.Header().Set("X-First-Trailer", "1")
+	})
+	c, err := net.DialTimeout("tcp", e.plain.Listener.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	send := func(req string) (*http.Response, string) {
+		t.Helper()
+		fmt.Fprint(c, req)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, string(b)
+	}
+	if resp, _ := send("GET /first HTTP/1.1\r\nHost: api.example.test\r\nTe: trailers\r\n\r\n"); resp.StatusCode != 200 {
+		t.Fatalf("first: %d", resp.StatusCode)
+	}
+	if got := e.lastSeen().Header.Get("Authorization"); got != "Bearer sk-test-12345" {
+		t.Fatalf("first request: credential not injected (%q): the test proves nothing", got)
+	}
+	for _, req := range []string{
+		"GET /second HTTP/1.1\r\nHost: bare.example.test\r\n\r\n",
+		"POST /third HTTP/1.1\r\nHost: bare.example.test\r\nContent-Length: 2\r\n\r\nhi",
+	} {
+		resp, body := send(req)
+		seen := e.lastSeen()
+		if v := seen.Header.Values("Authorization"); len(v) > 0 || seen.Header.Get("X-Static") != "" {
+			t.Errorf("%q: the origin got the previous request's fields: %v", req, seen.Header)
+		}
+		if resp.Header.Get("X-First-Only") != "" || resp.Trailer.Get("X-First-Trailer") != "" || strings.Contains(body, "sk-test") {
+			t.Errorf("%q: the agent got the previous response's fields: %v %v", req, resp.Header, resp.Trailer)
+		}
+	}
+}
