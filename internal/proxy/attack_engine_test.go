@@ -296,3 +296,31 @@ func TestAttackNothingBleedsToTheNextRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackSwitchEchoingCredentialStaysMasked holds attack playbook
+// class 2 on the 101 refusal: a hostile origin echoes the injected
+// credential into the Upgrade field of an unasked 101; the 502 and the
+// decision line (upstream_status 101) carry no byte of it, on either
+// engine (net/http quotes the value in its error, which the log masks).
+func TestAttackSwitchEchoingCredentialStaysMasked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	e.originMux.HandleFunc("/echo-switch", func(w http.ResponseWriter, r *http.Request) {
+		c, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		defer c.Close()
+		_, _ = rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + r.Header.Get("Authorization") + "\r\nConnection: Upgrade\r\n\r\n")
+		_ = rw.Flush()
+	})
+	out := e.rawExchange("GET /echo-switch HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n")
+	line := e.waitDecisions(1)[0]
+	if !strings.HasPrefix(out, "HTTP/1.1 502 ") || line["upstream_status"] != float64(101) || line["status"] != float64(502) {
+		t.Errorf("agent got %q, line %v; want 502 with upstream_status 101", out, line)
+	}
+	if strings.Contains(out, "sk-test") || strings.Contains(e.logs.String(), "sk-test") {
+		t.Error("the echoed credential reached the agent or the log")
+	}
+}
