@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/botbox/botbox/internal/engine"
 )
 
 // hostileRoute makes path on the test origin answer with raw bytes:
@@ -323,4 +325,59 @@ func TestAttackSwitchEchoingCredentialStaysMasked(t *testing.T) {
 	if strings.Contains(out, "sk-test") || strings.Contains(e.logs.String(), "sk-test") {
 		t.Error("the echoed credential reached the agent or the log")
 	}
+}
+
+// TestAttackInformationalFloodThenClose is a hostile origin that answers
+// with 103 Early Hints without end (http.Transport sets no bound on the
+// 1xx responses a trace receives, and the first of them stops the
+// response header timer) while the engine is closed under it, as at the
+// drain deadline (attack playbook class 10). RoundTrip then returns while
+// the transport's read loop may still be inside Got1xxResponse: the relay
+// must not touch the response writer from there any more (ReverseProxy's
+// roundTripDone), or the read loop and the error answer race on the
+// header map (concurrent map writes kill the process). Run with -race.
+func TestAttackInformationalFloodThenClose(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	flooding := make(chan struct{}, 1)
+	e.hostileRoute("/flood", func(c net.Conn, rw *bufio.ReadWriter) {
+		hint := "HTTP/1.1 103 Early Hints\r\n" + strings.Repeat("Link: </a.css>; rel=preload\r\n", 8) + "\r\n"
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		for i := 0; ; i++ {
+			if i == 100 {
+				flooding <- struct{}{}
+			}
+			if _, err := rw.WriteString(hint); err != nil {
+				return
+			}
+			if err := rw.Flush(); err != nil {
+				return
+			}
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Options{Handler: e.handler.Plain(), Fallback: &http.Server{Handler: e.handler.Plain()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = eng.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go func() { _, _ = io.Copy(io.Discard, c) }()
+	fmt.Fprint(c, "GET /flood HTTP/1.1\r\nHost: bare.example.test\r\n\r\n")
+	select {
+	case <-flooding:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the origin's flood never started")
+	}
+	_ = eng.Close()
+	<-served
+	e.waitDecisions(1) // the exchange ended and was logged
 }

@@ -8,6 +8,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/botbox/botbox/internal/engine"
 	"github.com/botbox/botbox/internal/telemetry"
@@ -77,7 +78,19 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		// the field is present, and writes none for an empty one.
 		hdr["User-Agent"] = []string{""}
 	}
+	// The transport's read loop calls Got1xxResponse, and may still do so
+	// after RoundTrip returned (its context cancelled amid an origin's
+	// stream of 1xx): from then on the response writer is this
+	// goroutine's alone (ReverseProxy's roundTripDone;
+	// TestAttackInformationalFloodThenClose).
+	var roundTrip sync.Mutex
+	roundTripDone := false
 	x.trace.Got1xxResponse = func(code int, header textproto.MIMEHeader) error {
+		roundTrip.Lock()
+		defer roundTrip.Unlock()
+		if roundTripDone {
+			return nil
+		}
 		wh := w.Header()
 		for k, vv := range header {
 			wh[k] = append(wh[k], vv...)
@@ -87,6 +100,9 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		return nil
 	}
 	res, err := h.engineTransport.RoundTrip(out)
+	roundTrip.Lock()
+	roundTripDone = true
+	roundTrip.Unlock()
 	if err != nil {
 		h.upstreamError(w, out, err)
 		return
