@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -104,6 +105,61 @@ func TestAttackInterceptedStreamThenPipelined(t *testing.T) {
 	for _, l := range lines {
 		if l[telemetry.KeyEngine] != telemetry.EngineBotBox {
 			t.Errorf("%v served on %v, want the engine", l[telemetry.KeyPath], l[telemetry.KeyEngine])
+		}
+	}
+}
+
+// TestAttackReloadMidConnection holds per-request decisions on one engine
+// keep-alive connection across hot reloads (attack playbook classes 8 and
+// 11: a long-lived connection outlives a decision; a reload in the
+// middle): allowed, then denied after a reload to deny, then allowed and
+// forwarded after a reload to report mode, each on the same connection
+// and each line on the engine.
+func TestAttackReloadMidConnection(t *testing.T) {
+	h := start(t, harnessOpts{writeSecret: true, configFile: true})
+	c, err := net.Dial("tcp", h.addrs.Proxy[0].String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
+	br := bufio.NewReader(c)
+	get := func() int {
+		t.Helper()
+		fmt.Fprint(c, "GET /mid HTTP/1.1\r\nHost: other.example.test\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("the connection did not survive the reload: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(); got != http.StatusOK {
+		t.Fatalf("before reload: %d", got)
+	}
+	denied := h.withOther("    - host: other.example.test\n      action: deny\n")
+	h.writeConfig(denied)
+	if err := h.srv.Reload(TriggerSIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got != http.StatusForbidden {
+		t.Errorf("after the reload to deny, same connection: %d, want 403", got)
+	}
+	h.writeConfig(strings.Replace(denied, "  default_action: deny\n", "  default_action: deny\n  mode: report\n", 1))
+	if err := h.srv.Reload(TriggerSIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(); got != http.StatusOK {
+		t.Errorf("after the reload to report mode, same connection: %d, want 200 (forwarded, logged as would-deny)", got)
+	}
+	lines := h.decisionLines("other.example.test")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3", len(lines))
+	}
+	for _, l := range lines {
+		if l[telemetry.KeyEngine] != telemetry.EngineBotBox {
+			t.Errorf("line %v on %v, want the engine", l, l[telemetry.KeyEngine])
 		}
 	}
 }
