@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -283,4 +285,49 @@ func TestAttackNoGoroutineLeftBehind(t *testing.T) {
 	if n := count(); n > 0 {
 		t.Errorf("%d engine connection goroutines still running after every client closed", n)
 	}
+}
+
+// FuzzEngineUnreadMatchesNetHTTP is the differential of
+// FuzzEngineMatchesNetHTTP with a handler that never reads a body
+// (attack playbook: desync through a body the handler did not read): for
+// any bytes on a connection, the engine (which drains what is left, or
+// closes) and net/http serve the same requests, in the same order. Its
+// seeds are the smuggling shapes.
+func FuzzEngineUnreadMatchesNetHTTP(f *testing.F) {
+	for _, s := range smugglingShapes {
+		f.Add(s)
+	}
+	type rec struct {
+		mu   sync.Mutex
+		seen []string
+	}
+	start := func(withEngine bool) (*server, *rec) {
+		r := &rec{}
+		addr, _ := serveHandler(f, withEngine, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			r.mu.Lock()
+			r.seen = append(r.seen, req.Method+" "+req.RequestURI+" "+req.Host)
+			r.mu.Unlock()
+			_, _ = io.WriteString(w, "unread")
+		}))
+		return &server{addr: addr}, r
+	}
+	eng, engRec := start(true)
+	std, stdRec := start(false)
+	served := func(r *rec, s *server, t *testing.T, raw string) []string {
+		r.mu.Lock()
+		before := len(r.seen)
+		r.mu.Unlock()
+		s.exchange(t, raw)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return slices.Clone(r.seen[before:])
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if len(raw) > 16<<10 {
+			return
+		}
+		if got, want := served(engRec, eng, t, raw), served(stdRec, std, t, raw); !slices.Equal(got, want) {
+			t.Errorf("%q:\nengine:   %q\nnet/http: %q", raw, got, want)
+		}
+	})
 }
