@@ -43,7 +43,6 @@ type conn struct {
 	cancel context.CancelFunc // the request in flight's, nil between requests
 	closed bool
 
-	body reqBody
 	resp response
 	// lastMethod is the previous request's method: after a POST, CR and
 	// LF before the next request line are skipped, as net/http does
@@ -175,9 +174,13 @@ func (c *conn) serveOne(h head) (keep bool) {
 	}
 	_ = c.rwc.SetReadDeadline(time.Time{})
 	c.lastMethod = req.Method
-	c.body.reset(req.Body)
+	// A wrapper of this request's own, never reused: a transport's write
+	// loop (or an HTTP/2 upstream's Close) may still hold it after the
+	// handler returned, and must not reach the next request's body.
+	var body *reqBody
 	if req.Body != http.NoBody {
-		req.Body = &c.body
+		body = &reqBody{rc: req.Body}
+		req.Body = body
 	}
 	ctx, cancel := context.WithCancel(c.base)
 	c.mu.Lock()
@@ -196,6 +199,7 @@ func (c *conn) serveOne(h head) (keep bool) {
 	req.TLS = c.tls
 	w := &c.resp
 	w.reset(c, req)
+	w.body = body
 	defer func() {
 		c.mu.Lock()
 		c.cancel = nil
@@ -209,7 +213,7 @@ func (c *conn) serveOne(h head) (keep bool) {
 	if err := w.finish(); err != nil {
 		return false
 	}
-	if !c.body.drain() {
+	if body != nil && !body.drain() {
 		return false
 	}
 	return !w.closeAfter
@@ -236,19 +240,21 @@ func (c *conn) runHandler(w *response, req *http.Request) (ok bool) {
 // reqBody is the request body the handler reads: the parser's, whose
 // Close would read an unbounded body to its end, behind one that records
 // EOF and whose Close only stops further reads (the connection drains or
-// closes afterwards, drain).
+// closes afterwards, drain). After the handler returned, drain retires it:
+// a late Read (a transport's write loop still sending it) gets
+// http.ErrBodyReadAfterClose, as on net/http. mu serialises those reads
+// with drain, as net/http's body lock does.
 type reqBody struct {
+	mu     sync.Mutex
 	rc     io.ReadCloser
 	eof    bool
 	err    error // a read error other than EOF: the connection is unusable
 	closed bool
 }
 
-func (b *reqBody) reset(rc io.ReadCloser) {
-	*b = reqBody{rc: rc, eof: rc == http.NoBody}
-}
-
 func (b *reqBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
 	}
@@ -266,22 +272,37 @@ func (b *reqBody) Read(p []byte) (int, error) {
 }
 
 func (b *reqBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.closed = true
 	return nil
 }
 
-// drain reads what the handler left of the body, up to
-// maxPostHandlerReadBytes; it reports whether the body ended cleanly (the
-// next head starts right after it).
+// readToEnd reports whether the body was read to its end; false while a
+// Read is in flight (TryLock: a Read holds the lock while it waits for
+// the client).
+func (b *reqBody) readToEnd() bool {
+	if !b.mu.TryLock() {
+		return false
+	}
+	defer b.mu.Unlock()
+	return b.eof
+}
+
+// drain retires the body (later Reads fail) and reads what the handler
+// left of it, up to maxPostHandlerReadBytes; it reports whether the body
+// ended cleanly (the next head starts right after it).
 func (b *reqBody) drain() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
 	if b.err != nil {
 		return false
 	}
 	if b.eof {
 		return true
 	}
-	n, err := io.CopyN(io.Discard, b.rc, maxPostHandlerReadBytes+1)
-	_ = n
+	_, err := io.CopyN(io.Discard, b.rc, maxPostHandlerReadBytes+1)
 	return errors.Is(err, io.EOF)
 }
 

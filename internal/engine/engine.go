@@ -52,7 +52,11 @@
 //     Content-Length computed for a handler that sets none.
 //   - A request body the handler left unread is drained (up to 256 KiB,
 //     as net/http) before the next request is read, or the connection is
-//     closed: the next head is never read from inside a body.
+//     closed: the next head is never read from inside a body. Each
+//     request's body is its own: read after the handler returned (a
+//     transport still sending it), it fails with
+//     http.ErrBodyReadAfterClose, as on net/http, and never reaches the
+//     next request's.
 //   - A panic with http.ErrAbortHandler closes the connection without
 //     finishing the response (the client sees it truncated), as net/http.
 package engine

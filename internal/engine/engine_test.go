@@ -82,18 +82,27 @@ type server struct {
 // loopback port, both with the same recorder as their handler.
 func startServer(t testing.TB, withEngine bool, opts ...func(*Options)) *server {
 	t.Helper()
+	rec := &recorder{}
+	addr, closeFn := serveHandler(t, withEngine, rec, opts...)
+	return &server{addr: addr, rec: rec, close: closeFn}
+}
+
+// serveHandler serves h with the engine (withEngine) or net/http alone
+// on a loopback port until the test ends; it returns the address and a
+// function that closes the server.
+func serveHandler(t testing.TB, withEngine bool, h http.Handler, opts ...func(*Options)) (string, func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
-	fb := &http.Server{Handler: rec, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 64 << 10}
+	fb := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 64 << 10}
 	var srv interface {
 		Serve(net.Listener) error
 		Close() error
 	} = fb
 	if withEngine {
-		o := Options{Handler: rec, Fallback: fb, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
+		o := Options{Handler: h, Fallback: fb, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
 		for _, f := range opts {
 			f(&o)
 		}
@@ -105,10 +114,9 @@ func startServer(t testing.TB, withEngine bool, opts ...func(*Options)) *server 
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
-	s := &server{addr: ln.Addr().String(), rec: rec}
-	s.close = func() { _ = srv.Close(); <-done }
-	t.Cleanup(s.close)
-	return s
+	closeFn := func() { _ = srv.Close(); <-done }
+	t.Cleanup(closeFn)
+	return ln.Addr().String(), closeFn
 }
 
 // exchange writes raw to a new connection, half-closes it and returns

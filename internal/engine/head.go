@@ -30,6 +30,11 @@ type head struct {
 	// hostFields counts the header lines named Host (readRequest needs it:
 	// http.ReadRequest removes the field it promotes to Request.Host).
 	hostFields int
+	// badHost: an absolute-form request whose Host field is not a valid
+	// host. net/http's server refuses it, though the target's host is the
+	// request's; http.ReadRequest removes the field, so judgeHead checks
+	// it (only then: an origin-form request's Host is Request.Host).
+	badHost bool
 }
 
 // judgeHead scans the raw bytes of the next request head (buf, the start
@@ -44,6 +49,7 @@ type head struct {
 func judgeHead(buf []byte) head {
 	h := head{verdict: incomplete}
 	pos := 0
+	absolute := false
 	for lineNo := 0; ; lineNo++ {
 		i := bytes.IndexByte(buf[pos:], '\n')
 		if i < 0 {
@@ -56,6 +62,7 @@ func judgeHead(buf []byte) head {
 			if !commonRequestLine(line) {
 				return head{verdict: handOver}
 			}
+			absolute = line[bytes.IndexByte(line, ' ')+1] != '/'
 			continue
 		}
 		if len(line) == 0 {
@@ -69,6 +76,13 @@ func judgeHead(buf []byte) head {
 			return head{verdict: handOver}
 		case fieldNamed(line, "host"):
 			h.hostFields++
+			if absolute {
+				// The value as textproto reads it: after the colon, blanks
+				// trimmed at its start, whitespace at its end.
+				v := line[bytes.IndexByte(line, ':')+1:]
+				v = bytes.TrimRight(bytes.TrimLeft(v, " \t"), " \t\r\n")
+				h.badHost = h.badHost || !httpguts.ValidHostHeader(string(v))
+			}
 		}
 	}
 }
@@ -126,9 +140,10 @@ func readRequest(br *bufio.Reader, h head) (*http.Request, error) {
 		return nil, errNotCommon
 	case h.hostFields == 0:
 		return nil, &statusError{code: http.StatusBadRequest, text: "missing required Host header"}
-	case req.URL.Host == "" && !httpguts.ValidHostHeader(req.Host):
+	case h.badHost, req.URL.Host == "" && !httpguts.ValidHostHeader(req.Host):
 		// An absolute-form target's host is the request's (RFC 9112
-		// §3.2.2); its Host field is not used and not checked here.
+		// §3.2.2), yet net/http refuses a bad Host field beside it
+		// (judgeHead checked that one).
 		return nil, &statusError{code: http.StatusBadRequest, text: "malformed Host header"}
 	}
 	for k, vv := range req.Header {

@@ -27,6 +27,7 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, wri
 type response struct {
 	c       *conn
 	req     *http.Request
+	body    *reqBody // the request's body, nil when it has none
 	bw      *bufio.Writer
 	header  http.Header
 	status  int  // final status, 0 until set
@@ -105,7 +106,19 @@ func (w *response) writeInformational(code int) {
 		return
 	}
 	w.writeStatusLine(code)
-	w.writeFields(w.header, nil)
+	// No framing field in an interim head, as net/http (a client must not
+	// read a body after it); the final head still gets them.
+	h := w.Header()
+	cl, te := h["Content-Length"], h["Transfer-Encoding"]
+	delete(h, "Content-Length")
+	delete(h, "Transfer-Encoding")
+	w.writeFields(h, nil)
+	if cl != nil {
+		h["Content-Length"] = cl
+	}
+	if te != nil {
+		h["Transfer-Encoding"] = te
+	}
 	_, _ = w.bw.WriteString("\r\n")
 	w.err = w.bw.Flush()
 }
@@ -129,7 +142,7 @@ func (w *response) writeStatusLine(code int) {
 func (w *response) writeHead() {
 	h := w.Header()
 	code := w.status
-	w.noBody = w.req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+	w.noBody = w.req.Method == http.MethodHead || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified
 	delete(h, "Transfer-Encoding")
 	if code == http.StatusNoContent {
 		delete(h, "Content-Length")
@@ -156,8 +169,11 @@ func (w *response) writeHead() {
 	if w.chunked {
 		for _, v := range h["Trailer"] {
 			for _, name := range strings.Split(v, ",") {
-				if name = strings.TrimSpace(name); name != "" {
-					w.trailers = append(w.trailers, http.CanonicalHeaderKey(name))
+				// Only fields that may be trailers, as net/http
+				// (declareTrailer): no framing, routing, authentication
+				// or content handling after the body.
+				if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); name != "" && httpguts.ValidTrailerHeader(name) {
+					w.trailers = append(w.trailers, name)
 				}
 			}
 		}
@@ -296,9 +312,13 @@ func (w *response) SetReadDeadline(t time.Time) error { return w.c.rwc.SetReadDe
 // that an origin's silent stream does not outlive its reader. Bytes the
 // client sends meanwhile (a pipelined request) end the watch and stay
 // buffered for the next request. stop ends the watch and waits for it;
-// call it before the handler returns. The request body must be fully
-// read before (the watch reads the connection).
+// call it before the handler returns. Asked for before the request body
+// was read to its end (chunked or of known length), it watches nothing:
+// the watch reads the connection, where the rest of the body is.
 func (w *response) WatchClient() (stop func()) {
+	if w.body != nil && !w.body.readToEnd() {
+		return func() {}
+	}
 	c := w.c
 	done := make(chan struct{})
 	go func() {

@@ -56,10 +56,6 @@ func (r *interimRelay) end() {
 	r.mu.Unlock()
 }
 
-// errUnaskedSwitch is relayEngine's error for a 101 to a request that
-// offered no upgrade.
-var errUnaskedSwitch = errors.New("proxy: the origin switched protocols, but the request offered no upgrade")
-
 // clientWatcher is the engine's response writer: it watches the agent's
 // connection while a stream is relayed (engine.response.WatchClient).
 type clientWatcher interface{ WatchClient() (stop func()) }
@@ -112,6 +108,11 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		// the field is present, and writes none for an empty one.
 		hdr["User-Agent"] = []string{""}
 	}
+	// The transport may call Got1xxResponse on a goroutine of its own,
+	// and still do so after RoundTrip returned (its context cancelled
+	// amid an origin's stream of 1xx): interimRelay writes none after end,
+	// so the response writer is then this goroutine's alone
+	// (ReverseProxy's roundTripDone; TestAttackInformationalFloodThenClose).
 	x.interim.w = w
 	x.trace.Got1xxResponse = x.interim.relay
 	res, err := h.engineTransport.RoundTrip(out)
@@ -121,11 +122,13 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		// The engine never sends an upgrade offer (it hands those to
-		// net/http): an origin that switches anyway gets 502, as
-		// ReverseProxy answers a switch nobody asked for.
+		// The engine serves no upgrade offer (package engine hands those
+		// to net/http): a switch is the origin's alone, refused as
+		// httputil.ReverseProxy refuses it (502), its Upgrade value not
+		// quoted (the origin's bytes never reach the decision line).
+		_ = h.upstreamResponse(res)
 		_ = res.Body.Close()
-		h.upstreamError(w, out, errUnaskedSwitch)
+		h.upstreamError(w, out, errOriginSwitched)
 		return
 	}
 	removeHopByHop(res.Header)
@@ -151,11 +154,12 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		w.Header().Add("Trailer", strings.Join(names, ", "))
 	}
 	w.WriteHeader(res.StatusCode)
-	if res.ContentLength < 0 && (out.Body == nil || out.ContentLength >= 0 && x.cb.n.Load() == out.ContentLength) {
+	if res.ContentLength < 0 {
 		// A stream: it may stay silent for long, and the agent may leave
-		// meanwhile (TestClientClosedMidBody). Watched only once the
-		// request body is known to be read (the watch reads the agent's
-		// connection).
+		// meanwhile (TestClientClosedMidBody). The engine watches only
+		// once the request body was read to its end, chunked or not (the
+		// watch reads the agent's connection;
+		// TestAttackAbandonedStreamAfterBody).
 		if cw, ok := unwrapTo[clientWatcher](w); ok {
 			defer cw.WatchClient()()
 		}
@@ -176,6 +180,10 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 		wh[k] = append(wh[k], vv...)
 	}
 }
+
+// errOriginSwitched: an origin answered 101 to a request that offered no
+// upgrade.
+var errOriginSwitched = errors.New("proxy: the origin switched protocols though the request offered no upgrade")
 
 // copyFlushing copies the origin's body (of length, -1 when unknown) to
 // the agent with a pooled buffer, flushing after every write but the one

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -37,9 +38,10 @@ func TestEngineChoiceInDecisionLine(t *testing.T) {
 
 			// Plain listener, keep-alive: three requests, one connection.
 			conns := 0
-			c := &http.Client{Transport: &http.Transport{Dial: func(network, _ string) (net.Conn, error) {
+			c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
 				conns++
-				return net.Dial(network, h.addrs.Proxy[0].String())
+				var d net.Dialer
+				return d.DialContext(ctx, network, h.addrs.Proxy[0].String())
 			}}}
 			for i := range 3 {
 				req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://api.example.test/v1/models?i=%d", i), nil)
