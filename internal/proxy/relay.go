@@ -42,9 +42,7 @@ func (r *interimRelay) relay(code int, header textproto.MIMEHeader) error {
 		return nil
 	}
 	wh := r.w.Header()
-	for k, vv := range header {
-		wh[k] = append(wh[k], vv...)
-	}
+	addValues(wh, http.Header(header))
 	r.w.WriteHeader(code)
 	clear(wh)
 	return nil
@@ -140,10 +138,7 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 	if a, ok := unwrapTo[headerAdopter](w); ok {
 		a.AdoptHeader(res.Header)
 	} else {
-		wh := w.Header()
-		for k, vv := range res.Header {
-			wh[k] = append(wh[k], vv...)
-		}
+		addValues(w.Header(), res.Header)
 	}
 	announced := len(res.Trailer)
 	if announced > 0 {
@@ -178,6 +173,14 @@ func (h *Handler) relayEngine(w http.ResponseWriter, in *http.Request, x *exchan
 			k = http.TrailerPrefix + k
 		}
 		wh[k] = append(wh[k], vv...)
+	}
+}
+
+// addValues appends every value of src to dst, field by field
+// (httputil.ReverseProxy's copyHeader).
+func addValues(dst, src http.Header) {
+	for k, vv := range src {
+		dst[k] = append(dst[k], vv...)
 	}
 }
 
